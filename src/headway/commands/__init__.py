@@ -1,0 +1,1 @@
+"""One module per `headway` verb; cli.py only assembles them."""

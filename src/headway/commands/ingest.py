@@ -1,0 +1,198 @@
+"""`headway ingest` and `headway export`: job logs into the store, the store out to Parquet."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from headway.console import err, fail, out, print_json
+from headway.store import JobStore, StoreError
+from headway.traces.base import BadInputError, ReadOptions, ReadResult
+from headway.traces.registry import FORMATS, get_reader, sniff
+
+DbOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--db", help="DuckDB job store (default ./headway.duckdb, or $HEADWAY_DB).", show_default=False
+    ),
+]
+
+
+def _parse_tres_ids(value: str | None) -> tuple[int, ...] | None:
+    if not value:
+        return None
+    try:
+        return tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        fail(f"--gpu-tres-ids: expected comma-separated integers, got {value!r}")
+
+
+def _read_one(path: Path, fmt: str, opts: ReadOptions, quiet: bool) -> ReadResult:
+    chosen = fmt
+    if fmt == "auto":
+        chosen = sniff(path, has_mapping=opts.mapping is not None)
+        if not quiet:
+            err.print(f"{path}: detected format [bold]{chosen}[/]")
+    reader = get_reader(chosen)
+    size = path.stat().st_size if path.is_file() else 0
+    if quiet or size < 8 * 1024 * 1024:
+        return reader.read(path, opts)
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(f"reading {path.name}", total=size)
+
+        def advance(n: int) -> None:
+            progress.update(task, completed=n)
+
+        return reader.read(path, dataclasses.replace(opts, progress=advance))
+
+
+def ingest(
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Job log files to read.", show_default=False)
+    ] = None,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="Input format: " + ", ".join(FORMATS) + ". `auto` sniffs each file and says what it chose.",
+        ),
+    ] = "auto",
+    mapping: Annotated[
+        Path | None, typer.Option(help="TOML column mapping for --format csv (see docs/csv-mapping.md).")
+    ] = None,
+    db: DbOpt = None,
+    strict: Annotated[bool, typer.Option(help="Stop at the first bad row instead of skipping it.")] = False,
+    source: Annotated[
+        str | None,
+        typer.Option(help="Name stored as the jobs' source (default: the format). Use one per cluster."),
+    ] = None,
+    from_slurm: Annotated[
+        bool, typer.Option("--from-slurm", help="Run `sacct` on this machine and ingest its output.")
+    ] = False,
+    since: Annotated[
+        str, typer.Option(help="With --from-slurm: how far back, e.g. 30d, 12h, 2026-01-01.")
+    ] = "30d",
+    gpu_tres_ids: Annotated[
+        str | None,
+        typer.Option(help="slurmdb: comma-separated tres ids that count as GPUs (default: ids >= 1001)."),
+    ] = None,
+    tz: Annotated[
+        str | None, typer.Option(help="Timezone of naive timestamps, e.g. America/Los_Angeles.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary only.")] = False,
+    show_bad: Annotated[int, typer.Option(help="How many bad rows to print per file.")] = 20,
+) -> None:
+    """Read job logs into the job store; re-ingesting a file replaces its jobs instead of duplicating them."""
+    if fmt not in FORMATS:
+        fail(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    opts = ReadOptions(
+        strict=strict, source=source, mapping=mapping, gpu_tres_ids=_parse_tres_ids(gpu_tres_ids), tz=tz
+    )
+    inputs: list[tuple[str, Path]] = [("file", p) for p in (paths or [])]
+    fmt_for_slurm = "sacct" if fmt == "auto" else fmt
+    if from_slurm:
+        from headway.traces.sacct import fetch_from_slurm
+
+        try:
+            inputs.append(("slurm", fetch_from_slurm(since)))
+        except BadInputError as e:
+            fail(str(e))
+    if not inputs:
+        fail("nothing to ingest: give one or more files, or --from-slurm")
+    summary: list[dict[str, object]] = []
+    try:
+        store = JobStore(db)
+    except StoreError as e:
+        fail(str(e))
+    with store:
+        for kind, path in inputs:
+            use_fmt = fmt_for_slurm if kind == "slurm" else fmt
+            if not path.exists():
+                fail(f"{path}: no such file")
+            if path.is_dir():
+                fail(f"{path}: is a directory; give the log files inside it")
+            try:
+                res = _read_one(path, use_fmt, opts, quiet=as_json)
+            except BadInputError as e:
+                fail(str(e))
+            except (OSError, UnicodeError) as e:
+                fail(f"{path}: cannot read: {e}")
+            src = opts.source or res.format
+            stored = store.upsert(res.table)
+            label = "sacct (from Slurm)" if kind == "slurm" else str(path)
+            store.record_ingest(label, res.format, src, res.rows_read, stored, res.bad_row_count)
+            summary.append(
+                {
+                    "path": label,
+                    "format": res.format,
+                    "source": src,
+                    "rows_read": res.rows_read,
+                    "jobs_stored": stored,
+                    "bad_rows": res.bad_row_count,
+                    "missing_fields": res.missing_fields,
+                    "notes": res.notes,
+                    "bad_row_examples": [str(b) for b in res.bad_rows[:show_bad]],
+                }
+            )
+            if not as_json:
+                for b in res.bad_rows[:show_bad]:
+                    err.print(f"[yellow]skipped[/] {b}", markup=True, highlight=False)
+                if res.bad_row_count > show_bad:
+                    err.print(f"... and {res.bad_row_count - show_bad} more bad rows in {path}")
+        total = store.count()
+    if as_json:
+        print_json({"files": summary, "jobs_in_store": total, "db": str(store.path)})
+        return
+    t = Table(title=f"ingested into {store.path}")
+    for col in ("file", "format", "rows", "jobs stored", "bad rows", "missing fields"):
+        t.add_column(col, justify="right" if col in ("rows", "jobs stored", "bad rows") else "left")
+    for s in summary:
+        missing = s["missing_fields"]
+        assert isinstance(missing, list)
+        t.add_row(
+            str(s["path"]),
+            str(s["format"]),
+            f"{s['rows_read']:,}",
+            f"{s['jobs_stored']:,}",
+            f"{s['bad_rows']:,}",
+            ", ".join(missing) or "-",
+        )
+    out.print(t)
+    for s in summary:
+        notes = s["notes"]
+        assert isinstance(notes, list)
+        for n in notes:
+            out.print(f"note ({s['path']}): {n}")
+    out.print(f"{total:,} jobs in the store.")
+
+
+def export(
+    parquet: Annotated[
+        Path, typer.Option("--parquet", help="Write every stored job (with derived fields) here.")
+    ],
+    db: DbOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
+) -> None:
+    """Export the job store to a Parquet file (schema of DESIGN.md plus runtime, wait, gpu_hours)."""
+    try:
+        with JobStore(db, read_only=True) as store:
+            n = store.export_parquet(parquet)
+    except StoreError as e:
+        fail(str(e))
+    if as_json:
+        print_json({"parquet": str(parquet), "jobs": n})
+    else:
+        out.print(f"wrote {n:,} jobs to {parquet}")

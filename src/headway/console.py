@@ -1,0 +1,37 @@
+"""Shared terminal helpers: one Console for stdout, one for messages, and a clean error exit."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+
+out = Console(highlight=False, soft_wrap=False)
+err = Console(stderr=True, highlight=False)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Print one line (no traceback) to stderr and exit."""
+    err.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    raise typer.Exit(code)
+
+
+def jsonable(obj: Any) -> Any:
+    """Replace NaN/inf (not valid JSON) with null, recursively."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    return obj
+
+
+def print_json(obj: Any) -> None:
+    """JSON to stdout, nothing else, so `--json` output pipes cleanly."""
+    sys.stdout.write(json.dumps(jsonable(obj), indent=2, default=str, allow_nan=False) + "\n")
+    sys.stdout.flush()

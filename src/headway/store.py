@@ -1,0 +1,136 @@
+"""The job store: one DuckDB file holding every ingested job, keyed by (source, job_id)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import TracebackType
+
+import duckdb
+import pyarrow as pa
+
+from headway.schema import FIELD_NAMES, JOB_SCHEMA, conform
+
+DEFAULT_DB = "headway.duckdb"
+
+_DUCK_TYPES = {
+    pa.string(): "VARCHAR",
+    pa.float64(): "DOUBLE",
+    pa.int32(): "INTEGER",
+    pa.int64(): "BIGINT",
+    pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ",
+}
+
+# Derived fields of DESIGN.md, as SQL over the stored columns (seconds, and GPU-hours).
+DERIVED_SQL = """
+    epoch(end_time) - epoch(start_time) AS runtime,
+    epoch(start_time) - epoch(submit_time) AS wait,
+    coalesce(gpus, 0) * greatest(coalesce(epoch(end_time) - epoch(start_time), 0), 0) / 3600.0 AS gpu_hours
+"""
+
+
+class StoreError(RuntimeError):
+    """A store problem worth one clear line to the user (bad path, locked file, not a DuckDB file)."""
+
+
+def default_db_path() -> Path:
+    return Path(os.environ.get("HEADWAY_DB") or DEFAULT_DB)
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class JobStore:
+    """A thin owner of the DuckDB connection; every part reads jobs through `jobs_v` (with derived fields)."""
+
+    def __init__(self, path: str | Path | None = None, *, read_only: bool = False) -> None:
+        self.path = Path(path) if path is not None else default_db_path()
+        if read_only and not self.path.exists():
+            raise StoreError(f"{self.path}: no job store here yet (run `headway ingest` first, or pass --db)")
+        try:
+            self.con = duckdb.connect(str(self.path), read_only=read_only)
+        except duckdb.Error as e:
+            raise StoreError(f"{self.path}: cannot open the job store: {str(e).splitlines()[0]}") from e
+        if not read_only:
+            self._ensure_schema()
+
+    def _ensure_schema(self) -> None:
+        cols = ", ".join(f"{_q(f.name)} {_DUCK_TYPES[f.type]}" for f in JOB_SCHEMA)
+        self.con.execute(f"CREATE TABLE IF NOT EXISTS jobs ({cols})")
+        self.con.execute(f"CREATE OR REPLACE VIEW jobs_v AS SELECT *, {DERIVED_SQL} FROM jobs")
+        self.con.execute(
+            "CREATE TABLE IF NOT EXISTS ingests (ingested_at TIMESTAMPTZ DEFAULT now(), path VARCHAR, "
+            "format VARCHAR, source VARCHAR, rows_read BIGINT, jobs BIGINT, bad_rows BIGINT)"
+        )
+
+    def __enter__(self) -> JobStore:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.con.close()
+
+    def upsert(self, table: pa.Table) -> int:
+        """Insert jobs, replacing any stored job with the same (source, job_id); one transaction."""
+        table = conform(table)
+        if table.num_rows == 0:
+            return 0
+        self.con.register("_incoming", table)
+        try:
+            self.con.execute("BEGIN")
+            # Last row wins inside one batch too, so a file listing a job twice stores it once.
+            self.con.execute(
+                "CREATE OR REPLACE TEMP TABLE _new AS SELECT * EXCLUDE (_rn) FROM ("
+                "SELECT *, row_number() OVER (PARTITION BY source, job_id ORDER BY rowid_ DESC) AS _rn "
+                "FROM (SELECT *, row_number() OVER () AS rowid_ FROM _incoming)) WHERE _rn = 1"
+            )
+            self.con.execute("ALTER TABLE _new DROP COLUMN rowid_")
+            self.con.execute(
+                "DELETE FROM jobs USING _new WHERE jobs.source = _new.source AND jobs.job_id = _new.job_id"
+            )
+            cols = ", ".join(_q(c) for c in FIELD_NAMES)
+            self.con.execute(f"INSERT INTO jobs ({cols}) SELECT {cols} FROM _new")
+            n = self.con.execute("SELECT count(*) FROM _new").fetchone()
+            self.con.execute("DROP TABLE _new")
+            self.con.execute("COMMIT")
+        except Exception:
+            self.con.execute("ROLLBACK")
+            raise
+        finally:
+            self.con.unregister("_incoming")
+        return int(n[0]) if n else 0
+
+    def record_ingest(
+        self, path: str, fmt: str, source: str, rows_read: int, jobs: int, bad_rows: int
+    ) -> None:
+        self.con.execute(
+            "INSERT INTO ingests (path, format, source, rows_read, jobs, bad_rows) VALUES (?, ?, ?, ?, ?, ?)",
+            [path, fmt, source, rows_read, jobs, bad_rows],
+        )
+
+    def count(self) -> int:
+        row = self.con.execute("SELECT count(*) FROM jobs").fetchone()
+        return int(row[0]) if row else 0
+
+    def table(self, where: str = "", params: list[object] | None = None) -> pa.Table:
+        """Stored jobs as an Arrow table in JOB_SCHEMA, optionally filtered by a SQL condition."""
+        cols = ", ".join(_q(c) for c in FIELD_NAMES)
+        sql = f"SELECT {cols} FROM jobs" + (f" WHERE {where}" if where else "")
+        return conform(self.con.execute(sql, params or []).to_arrow_table())
+
+    def export_parquet(self, out: str | Path) -> int:
+        out = Path(out)
+        self.con.execute(
+            f"COPY (SELECT * FROM jobs_v ORDER BY submit_time, source, job_id) TO '{_sql_str(str(out))}' "
+            "(FORMAT PARQUET, COMPRESSION ZSTD)"
+        )
+        return self.count()
+
+
+def _sql_str(s: str) -> str:
+    return s.replace("'", "''")

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from headway.schema import JobRecord, State, records_to_table, table_to_records, with_derived
+from headway.store import JobStore
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def _job(job_id: str, state: State, hours: float, gpus: float = 2.0) -> JobRecord:
+    return JobRecord(
+        job_id,
+        state,
+        "test",
+        gpus=gpus,
+        submit_time=T0,
+        start_time=T0 + dt.timedelta(minutes=5),
+        end_time=T0 + dt.timedelta(minutes=5, hours=hours),
+    )
+
+
+def test_reingesting_a_job_replaces_it_instead_of_duplicating(tmp_db: Path) -> None:
+    with JobStore(tmp_db) as store:
+        store.upsert(records_to_table([_job("1", State.FAILED, 1), _job("2", State.COMPLETED, 1)]))
+        store.upsert(records_to_table([_job("1", State.COMPLETED, 3)]))
+        assert store.count() == 2
+        rows = dict(store.con.execute("SELECT job_id, state FROM jobs").fetchall())
+    assert rows == {"1": "COMPLETED", "2": "COMPLETED"}
+
+
+def test_derived_fields_agree_between_record_arrow_and_sql(tmp_db: Path) -> None:
+    job = _job("7", State.COMPLETED, 1.5, gpus=4)
+    assert job.runtime == 5400 and job.wait == 300 and job.gpu_hours == 6.0
+    arrow = with_derived(records_to_table([job]))
+    assert arrow.column("gpu_hours").to_pylist() == [6.0]
+    with JobStore(tmp_db) as store:
+        store.upsert(records_to_table([job]))
+        sql = store.con.execute("SELECT runtime, wait, gpu_hours FROM jobs_v").fetchone()
+        assert sql == (5400.0, 300.0, 6.0)
+        assert table_to_records(store.table()) == [job]
