@@ -1,0 +1,73 @@
+"""The predictor's contract with its callers (simulator, local queue, Slurm adapter).
+
+Callers see only what a scheduler knows at submit time (`SubmittedJob`) and tell the predictor when a
+job ends (`EndedJob`); the predictor keeps its rolling state causal from those calls alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+
+@dataclass(frozen=True, slots=True)
+class SubmittedJob:
+    """What a scheduler knows of a job when it is submitted. Times are epoch seconds (or virtual seconds)."""
+
+    job_id: str
+    user: str | None
+    group: str | None
+    name: str | None
+    partition: str | None
+    priority_class: str | None
+    submit_time: float
+    gpus: float
+    nodes: int
+    time_limit: float | None  # seconds
+
+
+@dataclass(frozen=True, slots=True)
+class EndedJob:
+    """A job's end as the predictor learns it (at `end_time`, never before)."""
+
+    job: SubmittedJob
+    start_time: float
+    end_time: float
+    state: str  # headway.schema.State value
+
+    @property
+    def runtime(self) -> float:
+        return max(self.end_time - self.start_time, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Predictions:
+    """Column arrays, one entry per job asked about, in the same order."""
+
+    p_success: npt.NDArray[np.float64]  # calibrated probability of COMPLETED
+    runtime: npt.NDArray[np.float64]  # median runtime if it completes, seconds (capped by time limit)
+    runtime_p90: npt.NDArray[np.float64]  # p90 runtime if it completes, seconds
+    time_to_failure: npt.NDArray[np.float64]  # median runtime if it does not complete, seconds
+
+    def __len__(self) -> int:
+        return len(self.p_success)
+
+
+class OnlinePredictor(Protocol):
+    """Causal predictor driven by a clock: the simulator's virtual one or the wall clock."""
+
+    def predict(self, jobs: Sequence[SubmittedJob], now: float) -> Predictions:
+        """Predictions for jobs submitted at or before `now`, from jobs that ended before `now` only."""
+        ...
+
+    def observe_end(self, ended: EndedJob) -> None:
+        """Update rolling statistics with one ended job (called at its end time)."""
+        ...
+
+    def maybe_retrain(self, now: float) -> bool:
+        """Retrain if K jobs ended or a day passed since the last training; True if it retrained."""
+        ...

@@ -1,0 +1,75 @@
+"""What one simulation run hands to metrics, reports and `--explain` (engine -> metrics contract)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+# One row per simulated job. Times are seconds on the simulation clock (0 = first arrival).
+#   job_id str, user str, group str|null, name str|null, gpus float, nodes_used int, racks_used int,
+#   submit float, start float|null (null: never started before the end), end float|null,
+#   runtime float (the recorded runtime it ran), state str (its recorded final state),
+#   preemptions int, restarts int (LAS), time_limit float|null,
+#   p_success float, pred_runtime float (the predictions the policy saw at its first ranking)
+JOB_COLUMNS: tuple[str, ...] = (
+    "job_id",
+    "user",
+    "group",
+    "name",
+    "gpus",
+    "nodes_used",
+    "racks_used",
+    "submit",
+    "start",
+    "end",
+    "runtime",
+    "state",
+    "preemptions",
+    "restarts",
+    "time_limit",
+    "p_success",
+    "pred_runtime",
+)
+
+# One row per change of cluster state (piecewise constant until the next row):
+#   t float, busy_gpus float, free_gpus float, pending int, running int,
+#   frag_free_gpus float (free GPUs at t if some pending job fits the free GPU *count* but cannot be
+#   placed, else 0: DESIGN.md's fragmentation, time-averaged by metrics), completed_total int,
+#   goodput_gpu_hours_total float
+TIMELINE_COLUMNS: tuple[str, ...] = (
+    "t",
+    "busy_gpus",
+    "free_gpus",
+    "pending",
+    "running",
+    "frag_free_gpus",
+    "completed_total",
+    "goodput_gpu_hours_total",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitRecord:
+    """One scheduling pass's view of a waiting job, kept for `simulate --explain`."""
+
+    t: float
+    rank: int
+    of: int
+    score: float
+    reason: str
+    reservation_start: float | None = None
+
+
+@dataclass(slots=True)
+class SimResult:
+    policy: str
+    placement: str
+    jobs: pa.Table  # JOB_COLUMNS
+    timeline: pa.Table  # TIMELINE_COLUMNS
+    capacity_gpus: float
+    load: float  # offered GPU-hours / capacity after --load rescaling
+    excluded: list[str] = field(default_factory=list)  # "job_id: needs N GPUs, cluster has M" lines
+    explain: dict[str, list[WaitRecord]] = field(default_factory=dict)  # only for jobs asked about
+    wall_seconds: float = 0.0
+    events: int = 0
