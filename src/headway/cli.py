@@ -5,6 +5,8 @@ from __future__ import annotations
 import typer
 
 from headway.commands import audit, demo, ingest, predict, simulate
+from headway.commands import daemon as daemon_cmd
+from headway.commands import queue as queue_cmd
 
 app = typer.Typer(
     name="headway",
@@ -21,9 +23,17 @@ app.command("export")(ingest.export)
 app.command("audit")(audit.audit)
 app.command("demo")(demo.demo)
 app.add_typer(predict.app, name="predict")
+app.add_typer(__import__("headway.commands.slurm", fromlist=["app"]).app, name="slurm")
 app.command("simulate")(simulate.simulate)
 app.command("sweep")(simulate.sweep)
 app.command("synth")(simulate.synth)
+app.command("daemon")(daemon_cmd.daemon)
+app.command("submit", context_settings=queue_cmd.SUBMIT_SETTINGS)(queue_cmd.submit)
+app.command("queue")(queue_cmd.queue)
+app.command("why")(queue_cmd.why)
+app.command("cancel")(queue_cmd.cancel)
+app.command("logs")(queue_cmd.logs)
+app.command("history")(queue_cmd.history)
 
 
 def main() -> None:

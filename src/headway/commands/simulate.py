@@ -1,20 +1,880 @@
-"""`headway simulate`, `sweep`, `synth` (being built)."""
+"""`headway simulate`, `headway sweep`, `headway synth`: replay a trace under policies and compare them.
+
+Heavy libraries (plotly, dask, the engine) are imported inside the commands so `headway --help` stays fast.
+"""
 
 from __future__ import annotations
 
-from headway.console import fail
+import csv
+import importlib.resources
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from headway.console import err, fail, out, print_json
+from headway.traces.base import BadInputError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from headway.sim.cluster import ClusterSpec
+    from headway.sim.result import SimResult
+
+ALL_POLICIES: tuple[str, ...] = ("fifo", "multifactor", "qssf", "las", "impact", "sjf-oracle")
+DEFAULT_POLICIES = "fifo,multifactor,qssf,las,impact"
+PLACEMENTS: tuple[str, ...] = ("first-fit", "topology")
+BASELINE = "multifactor"
+PHILLY_SAMPLE_JOBS = 5910  # the DRE re-published Philly sample the Helios reference figures are for
+REFERENCES: tuple[str, ...] = ("auto", "helios-philly", "none")
+
+# Issue 4's goals for impact, as (metric, other policy, max ratio impact / other).
+GOALS: tuple[tuple[str, str, float], ...] = (
+    ("time_to_success_mean", "multifactor", 0.7),
+    ("time_to_success_mean", "fifo", 0.5),
+    ("queue_delay_p99", "multifactor", 1.5),
+)
+UTIL_GOAL_POINTS = 1.0  # impact's utilisation within 1 percentage point of multifactor's
+
+# ---------------------------------------------------------------------------------------------- options
+
+TraceArg = Annotated[
+    Path | None,
+    typer.Argument(
+        help="A job log to simulate (any format `headway ingest` reads, or a Parquet file in the job "
+        "schema such as `headway synth` writes). Without it, jobs come from the store (--db).",
+        show_default=False,
+    ),
+]
+FormatOpt = Annotated[str, typer.Option("--format", "-f", help="Format of TRACE (auto sniffs it).")]
+DbOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--db", help="DuckDB job store to read jobs from (default ./headway.duckdb).", show_default=False
+    ),
+]
+NodesOpt = Annotated[int, typer.Option(help="Nodes in a uniform cluster.", min=1)]
+GpnOpt = Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node.", min=1)]
+NprOpt = Annotated[int, typer.Option("--nodes-per-rack", help="Nodes per rack (one switch each).", min=1)]
+ClusterOpt = Annotated[
+    Path | None,
+    typer.Option("--cluster", help="Cluster from a TOML file (see docs/simulate.md).", show_default=False),
+]
+NodesFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--nodes-file",
+        help="Cluster from a node list CSV (Alibaba's openb_node_list_*.csv).",
+        show_default=False,
+    ),
+]
+PlacementOpt = Annotated[
+    str | None,
+    typer.Option(help="first-fit or topology (default: topology for impact, first-fit for the others)."),
+]
+IncludeCpuOpt = Annotated[
+    bool, typer.Option("--include-cpu", help="Also simulate jobs that ask for no GPU (left out by default).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON only (no table, no progress bars).")]
 
 
-def simulate() -> None:
-    """Not built yet."""
-    fail("not built yet")
+def _parse_policies(value: str) -> list[str]:
+    names = [p.strip().lower() for p in value.split(",") if p.strip()]
+    if not names:
+        fail("--policy: give at least one policy")
+    bad = [p for p in names if p not in ALL_POLICIES]
+    if bad:
+        fail(f"--policy: unknown {', '.join(bad)}; choose from {', '.join(ALL_POLICIES)}")
+    return list(dict.fromkeys(names))
 
 
-def sweep() -> None:
-    """Not built yet."""
-    fail("not built yet")
+def _parse_loads(value: str) -> list[float | None]:
+    loads: list[float | None] = []
+    for v in value.split(","):
+        v = v.strip().lower()
+        if not v:
+            continue
+        if v == "natural":
+            loads.append(None)
+            continue
+        try:
+            x = float(v)
+        except ValueError:
+            fail(f"--load: {v!r} is not a number (or `natural`)")
+        if not 0 < x <= 10:
+            fail(f"--load: {x:g} is out of range; offered load must be in (0, 10]")
+        loads.append(x)
+    if not loads:
+        fail("--load: give at least one load")
+    return loads
 
 
-def synth() -> None:
-    """Not built yet."""
-    fail("not built yet")
+def _parse_seeds(value: str) -> list[int]:
+    try:
+        seeds = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        fail(f"--seeds: expected comma-separated integers, got {value!r}")
+    if not seeds:
+        fail("--seeds: give at least one seed")
+    return seeds
+
+
+# ------------------------------------------------------------------------------------------------ input
+
+
+@dataclass(frozen=True, slots=True)
+class TraceInfo:
+    label: str
+    format: str
+    jobs: int
+    sources: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "format": self.format, "jobs": self.jobs, "sources": self.sources}
+
+
+def load_jobs(
+    trace: Path | None, fmt: str, db: Path | None, tz: str | None = None
+) -> tuple[pa.Table, TraceInfo]:
+    """Jobs in JOB_SCHEMA from a trace file (any reader, or Parquet) or from the store; one line on error."""
+    import pyarrow.compute as pc
+
+    from headway.schema import conform
+    from headway.store import JobStore, StoreError
+    from headway.traces.base import ReadOptions
+    from headway.traces.registry import FORMATS, get_reader, sniff
+
+    if trace is not None and db is not None:
+        fail("give either a TRACE file or --db, not both")
+    if trace is None:
+        try:
+            with JobStore(db, read_only=True) as store:
+                table = store.table()
+                label = str(store.path)
+        except StoreError as e:
+            fail(str(e))
+        chosen = "store"
+    else:
+        if not trace.exists():
+            fail(f"{trace}: no such file")
+        if trace.is_dir():
+            fail(f"{trace}: is a directory; give the job log inside it")
+        label = str(trace)
+        if fmt == "parquet" or (fmt == "auto" and trace.suffix.lower() in (".parquet", ".pq")):
+            import pyarrow.parquet as pq
+
+            try:
+                table = conform(pq.read_table(trace))
+            except (OSError, ValueError, KeyError) as e:
+                fail(f"{trace}: not a Parquet file in the job schema: {str(e).splitlines()[0]}")
+            chosen = "parquet"
+        else:
+            if fmt not in FORMATS:
+                fail(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}, parquet")
+            try:
+                chosen = sniff(trace) if fmt == "auto" else fmt
+                res = get_reader(chosen).read(trace, ReadOptions(tz=tz))
+            except BadInputError as e:
+                fail(str(e))
+            except (OSError, UnicodeError) as e:
+                fail(f"{trace}: cannot read: {e}")
+            table = res.table
+    if table.num_rows == 0:
+        fail(f"{label}: no jobs to simulate")
+    sources = sorted(str(s) for s in pc.unique(table.column("source")).to_pylist())
+    return table, TraceInfo(label=label, format=chosen, jobs=table.num_rows, sources=sources)
+
+
+def build_cluster(
+    nodes: int, gpus_per_node: int, nodes_per_rack: int, cluster_file: Path | None, nodes_file: Path | None
+) -> ClusterSpec:
+    """The cluster model of sim/cluster.py from flags, a TOML file or a node list."""
+    from headway.sim import cluster as cl
+
+    if cluster_file is not None and nodes_file is not None:
+        fail("give --cluster or --nodes-file, not both")
+    try:
+        if cluster_file is not None:
+            if not cluster_file.is_file():
+                fail(f"{cluster_file}: no such file")
+            return cl.ClusterSpec.from_toml(cluster_file)
+        if nodes_file is not None:
+            if not nodes_file.is_file():
+                fail(f"{nodes_file}: no such file")
+            return cl.ClusterSpec.from_alibaba(nodes_file, nodes_per_rack)
+        return cl.ClusterSpec.from_flags(nodes, gpus_per_node, nodes_per_rack)
+    except (ValueError, KeyError, OSError) as e:
+        fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+
+
+def cluster_info(spec: ClusterSpec) -> dict[str, Any]:
+    """What the JSON output says about the cluster."""
+    sizes: dict[int, int] = {}
+    for n in spec.nodes:
+        sizes[n.gpus] = sizes.get(n.gpus, 0) + 1
+    return {
+        "nodes": len(spec.nodes),
+        "racks": spec.n_racks,
+        "capacity_gpus": spec.capacity_gpus,
+        "gpus_per_node": {str(k): v for k, v in sorted(sizes.items())},
+        "description": spec.describe(),
+    }
+
+
+# ------------------------------------------------------------------------------------------- reference
+
+
+@dataclass(frozen=True, slots=True)
+class RefFigure:
+    policy: str
+    load: str
+    metric: str
+    value: float
+
+
+def helios_reference() -> list[RefFigure]:
+    """The Helios simulator's figures on the Philly sample (package data, with its source in the file)."""
+    text = importlib.resources.files("headway.data").joinpath("helios_philly_reference.csv").read_text()
+    rows = csv.DictReader(line for line in text.splitlines() if line and not line.startswith("#"))
+    return [RefFigure(r["policy"], r["load"], r["metric"], float(r["value"])) for r in rows]
+
+
+def reference_for(load: float | None) -> list[RefFigure]:
+    label = "natural" if load is None else f"{load:g}"
+    if label != "natural":
+        label = f"{float(label):.1f}"
+    return [f for f in helios_reference() if f.load == label]
+
+
+def wants_reference(choice: str, info: TraceInfo, capacity: float) -> bool:
+    if choice == "helios-philly":
+        return True
+    if choice == "none":
+        return False
+    return info.sources == ["philly"] and info.jobs == PHILLY_SAMPLE_JOBS and capacity == 512
+
+
+# ------------------------------------------------------------------------------------------- formatting
+
+
+def fmt_seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    a = abs(s)
+    if a < 120:
+        return f"{s:.0f} s"
+    if a < 7200:
+        return f"{s / 60:.1f} min"
+    if a < 172800:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.2f} d"
+
+
+def fmt_metric(name: str, v: float | int | None) -> str:
+    if v is None:
+        return "-"
+    if name.startswith(("time_to_success", "queue_delay", "jct", "starvation", "span")):
+        return fmt_seconds(float(v))
+    if name in ("utilisation", "completion_rate", "completion_rate_gpu_hours"):
+        return f"{100 * float(v):.1f}%"
+    if name.endswith("gpu_hours"):
+        return f"{float(v):,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return f"{float(v):.3f}" if abs(float(v)) < 100 else f"{float(v):,.0f}"
+
+
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("time_to_success_mean", "TTS mean"),
+    ("time_to_success_p95", "TTS p95"),
+    ("queue_delay_mean", "wait mean"),
+    ("queue_delay_p99", "wait p99"),
+    ("queue_delay_max", "wait max"),
+    ("bounded_slowdown_mean", "BSLD mean"),
+    ("utilisation", "util"),
+    ("fragmented_gpu_hours", "frag GPU-h"),
+    ("jain_fairness", "Jain"),
+    ("goodput_gpu_hours", "goodput GPU-h"),
+)
+
+
+def comparison_table(metrics: Mapping[str, Mapping[str, Any]], title: str, baseline: str = BASELINE) -> Table:
+    """One row per policy; each cell shows the value and, under it, the ratio to the baseline."""
+    from headway.sim.metrics import LOWER_IS_BETTER
+
+    t = Table(title=title, show_lines=True)
+    t.add_column("policy", style="bold")
+    for _, label in COLUMNS:
+        t.add_column(label, justify="right")
+    t.add_column("sim s", justify="right")
+    base = metrics.get(baseline)
+    for pol, m in metrics.items():
+        cells = []
+        for key, _ in COLUMNS:
+            v, b = m.get(key), base.get(key) if base else None
+            cell = fmt_metric(key, v)
+            if base is not None and pol != baseline and v is not None and b not in (None, 0):
+                r = float(v) / float(b)
+                better = r < 1 if LOWER_IS_BETTER.get(key, True) else r > 1
+                colour = "green" if better and abs(r - 1) > 0.005 else "red" if abs(r - 1) > 0.005 else "dim"
+                cell += f"\n[{colour}]{r:.2f}x[/]"
+            cells.append(cell)
+        cells.append(f"{float(m.get('sim_wall_seconds') or 0):.1f}")
+        t.add_row(pol, *cells)
+    return t
+
+
+def goals(metrics: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 4's goals for impact, each with the measured ratio and whether it was met."""
+    imp = metrics.get("impact")
+    if imp is None:
+        return []
+    res: list[dict[str, Any]] = []
+    for metric, other, limit in GOALS:
+        o = metrics.get(other)
+        if o is None or imp.get(metric) is None or not o.get(metric):
+            continue
+        r = float(imp[metric]) / float(o[metric])
+        res.append({"goal": f"impact {metric} <= {limit:g}x {other}", "ratio": r, "met": r <= limit})
+    mf = metrics.get("multifactor")
+    if mf is not None and imp.get("utilisation") is not None and mf.get("utilisation") is not None:
+        diff = 100 * (float(imp["utilisation"]) - float(mf["utilisation"]))
+        res.append(
+            {
+                "goal": f"impact utilisation within {UTIL_GOAL_POINTS:g} point of multifactor",
+                "points": diff,
+                "met": abs(diff) <= UTIL_GOAL_POINTS or diff > 0,
+            }
+        )
+    return res
+
+
+def reference_rows(
+    figs: Sequence[RefFigure], metrics: Mapping[str, Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Helios figures beside ours: the same policy, and impact against Helios QSSF."""
+    rows: list[dict[str, Any]] = []
+    for f in figs:
+        ours = metrics.get(f.policy, {}).get(f.metric)
+        imp = metrics.get("impact", {}).get(f.metric)
+        row = {"policy": f.policy, "metric": f.metric, "load": f.load, "helios": f.value, "headway": ours}
+        if f.policy == "qssf":
+            row["headway_impact"] = imp
+            row["impact_beats_helios_qssf"] = None if imp is None else bool(imp < f.value)
+        rows.append(row)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------- running
+
+
+def _progress(quiet: bool) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description:<14}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+        disable=quiet,
+    )
+
+
+def _progress_callback(progress: Progress, task: Any) -> Callable[..., None]:
+    """Accepts (done, total) or a fraction in [0, 1], whichever the engine reports."""
+
+    def cb(done: float, total: float | None = None) -> None:
+        if total is None:
+            progress.update(task, completed=done * 1000, total=1000)
+        else:
+            progress.update(task, completed=done, total=total)
+
+    return cb
+
+
+def run_policies(
+    jobs: pa.Table,
+    spec: ClusterSpec,
+    policies: Sequence[str],
+    *,
+    placement: str | None,
+    load: float | None,
+    seed: int,
+    explain: Sequence[str],
+    include_cpu: bool,
+    quiet: bool,
+) -> list[SimResult]:
+    from headway.sim.run import run_simulation
+
+    results: list[SimResult] = []
+    with _progress(quiet) as progress:
+        for pol in policies:
+            task = progress.add_task(pol, total=jobs.num_rows)
+            t0 = time.perf_counter()
+            try:
+                res = run_simulation(
+                    jobs,
+                    spec,
+                    policy=pol,
+                    placement=placement,
+                    load=load,
+                    seed=seed,
+                    predictor_factory=None,
+                    explain=tuple(explain),
+                    include_cpu=include_cpu,
+                    progress=_progress_callback(progress, task),
+                )
+            except (ValueError, BadInputError) as e:
+                fail(f"{pol}: {e}")
+            if not res.wall_seconds:
+                res.wall_seconds = time.perf_counter() - t0
+            progress.update(task, completed=progress.tasks[task].total)
+            results.append(res)
+    return results
+
+
+def _explain_tables(results: Sequence[SimResult], job_id: str) -> tuple[list[Table], dict[str, Any]]:
+    import pyarrow.compute as pc
+
+    tables: list[Table] = []
+    data: dict[str, Any] = {}
+    for r in results:
+        recs = r.explain.get(job_id, [])
+        row = r.jobs.filter(pc.equal(r.jobs.column("job_id"), job_id)).to_pylist()
+        job = row[0] if row else {}
+        wait = None
+        if job.get("start") is not None and job.get("submit") is not None:
+            wait = float(job["start"]) - float(job["submit"])
+        data[r.policy] = {
+            "job": job,
+            "queue_delay": wait,
+            "passes": [
+                {
+                    "t": w.t,
+                    "rank": w.rank,
+                    "of": w.of,
+                    "score": w.score,
+                    "reason": w.reason,
+                    "reservation_start": w.reservation_start,
+                }
+                for w in recs
+            ],
+        }
+        title = (
+            f"{r.policy}: job {job_id} submitted at {fmt_seconds(job.get('submit'))}, "
+            f"started after {fmt_seconds(wait)} ({len(recs)} scheduling passes while it waited)"
+        )
+        t = Table(title=title)
+        for c in ("t", "rank", "score", "reason", "reservation"):
+            t.add_column(c, justify="left" if c == "reason" else "right")
+        shown = list(recs)
+        if len(shown) > 24:  # first and last passes, plus every change of reason in between
+            keep = {0, 1, 2, len(shown) - 3, len(shown) - 2, len(shown) - 1}
+            keep |= {i for i in range(1, len(shown)) if shown[i].reason != shown[i - 1].reason}
+            idx = sorted(k for k in keep if 0 <= k < len(shown))[:40]
+            shown = [shown[i] for i in idx]
+        for w in shown:
+            t.add_row(
+                fmt_seconds(w.t),
+                f"{w.rank}/{w.of}",
+                f"{w.score:.4g}",
+                w.reason,
+                fmt_seconds(w.reservation_start) if w.reservation_start is not None else "-",
+            )
+        tables.append(t)
+    return tables, data
+
+
+def simulate(
+    trace: TraceArg = None,
+    fmt: FormatOpt = "auto",
+    db: DbOpt = None,
+    nodes: NodesOpt = 64,
+    gpus_per_node: GpnOpt = 8,
+    nodes_per_rack: NprOpt = 8,
+    cluster: ClusterOpt = None,
+    nodes_file: NodesFileOpt = None,
+    policy: Annotated[
+        str, typer.Option("--policy", "-p", help="Comma-separated: " + ", ".join(ALL_POLICIES) + ".")
+    ] = DEFAULT_POLICIES,
+    placement: PlacementOpt = None,
+    load: Annotated[
+        float | None,
+        typer.Option(
+            help="Rescale inter-arrival times so offered GPU-hours / capacity = X "
+            "(default: the trace's own arrivals).",
+            show_default=False,
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed for tie-breaking and predictor training.")] = 0,
+    as_json: JsonOpt = False,
+    html_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--html", help="Also write a self-contained HTML report (charts) here.", show_default=False
+        ),
+    ] = None,
+    explain: Annotated[
+        str | None,
+        typer.Option(
+            help="Show why this job waited under each policy (rank, reasons, reservation).",
+            show_default=False,
+        ),
+    ] = None,
+    include_cpu: IncludeCpuOpt = False,
+    reference: Annotated[
+        str,
+        typer.Option(
+            help="Print peer figures beside ours: helios-philly, none, or auto (when the trace is the "
+            "Philly sample on 512 GPUs)."
+        ),
+    ] = "auto",
+    tz: Annotated[str | None, typer.Option(help="Timezone of naive timestamps in TRACE.")] = None,
+) -> None:
+    """Replay a job log under each policy on a model cluster and compare time-to-success, waiting,
+    utilisation, fragmentation and fairness (one row per policy, ratios to multifactor)."""
+    from headway.sim.metrics import compute
+
+    policies = _parse_policies(policy)
+    if placement is not None and placement not in PLACEMENTS:
+        fail(f"--placement: choose one of {', '.join(PLACEMENTS)}")
+    if reference not in REFERENCES:
+        fail(f"--reference: choose one of {', '.join(REFERENCES)}")
+    if load is not None and not 0 < load <= 10:
+        fail(f"--load: {load:g} is out of range; offered load must be in (0, 10]")
+    jobs, info = load_jobs(trace, fmt, db, tz)
+    if explain is not None and explain not in set(jobs.column("job_id").to_pylist()):
+        fail(f"--explain: no job {explain!r} in {info.label}")
+    spec = build_cluster(nodes, gpus_per_node, nodes_per_rack, cluster, nodes_file)
+    if not as_json:
+        err.print(f"{info.label}: {info.jobs:,} jobs ({info.format}); simulating {', '.join(policies)}")
+    results = run_policies(
+        jobs,
+        spec,
+        policies,
+        placement=placement,
+        load=load,
+        seed=seed,
+        explain=[explain] if explain else [],
+        include_cpu=include_cpu,
+        quiet=as_json,
+    )
+    metrics = {r.policy: compute(r) for r in results}
+    capacity = results[0].capacity_gpus if results else float(spec.capacity_gpus)
+    figs = reference_for(load) if wants_reference(reference, info, capacity) else []
+    excluded = results[0].excluded if results else []
+    doc: dict[str, Any] = {
+        "policies": metrics,
+        "ratios_to_multifactor": _ratios(metrics),
+        "goals": goals(metrics),
+        "cluster": cluster_info(spec),
+        "trace": {
+            **info.as_dict(),
+            "load": load if load is not None else "natural",
+            "offered_load": results[0].load if results else None,
+        },
+        "placement": {r.policy: r.placement for r in results},
+        "excluded": excluded,
+        "reference": {"name": "helios-philly", "rows": reference_rows(figs, metrics)} if figs else None,
+    }
+    explain_tables: list[Table] = []
+    if explain:
+        explain_tables, doc["explain"] = _explain_tables(results, explain)
+    if html_out is not None:
+        _write_html(html_out, results, metrics, info, capacity, load, figs)
+    if as_json:
+        print_json(doc)
+        return
+    load_txt = "natural arrivals" if load is None else f"load {load:g}"
+    offered = results[0].load if results else float("nan")
+    out.print(
+        comparison_table(
+            metrics,
+            f"{info.label}: {capacity:g} GPUs, {load_txt} (offered {offered:.2f}); ratios to {BASELINE}",
+        )
+    )
+    if excluded:
+        out.print(f"[yellow]{len(excluded):,} jobs left out[/] (larger than the cluster):", markup=True)
+        for line in excluded[:10]:
+            out.print(f"  {line}")
+        if len(excluded) > 10:
+            out.print(f"  ... and {len(excluded) - 10:,} more (all in --json)")
+    for g in doc["goals"]:
+        mark = "[green]met[/]" if g["met"] else "[red]not met[/]"
+        val = f"{g['ratio']:.2f}x" if "ratio" in g else f"{g['points']:+.2f} points"
+        out.print(f"goal: {g['goal']}: {val}, {mark}", markup=True)
+    if figs:
+        out.print(_reference_table(doc["reference"]["rows"], load_txt))
+    for t in explain_tables:
+        out.print(t)
+    if html_out is not None:
+        out.print(f"wrote {html_out}")
+
+
+def _ratios(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:
+    from headway.sim.metrics import ratios
+
+    return ratios(metrics, BASELINE) if BASELINE in metrics else {}
+
+
+def _reference_table(rows: Sequence[Mapping[str, Any]], load_txt: str) -> Table:
+    t = Table(title=f"Beside a peer: the Helios artifact's simulator on the same Philly sample, {load_txt}")
+    for c in ("policy", "metric", "Helios", "headway (same policy)", "headway impact", "impact beats it"):
+        t.add_column(c, justify="left" if c in ("policy", "metric") else "right")
+    for r in rows:
+        beats = r.get("impact_beats_helios_qssf")
+        t.add_row(
+            r["policy"],
+            r["metric"],
+            fmt_seconds(r["helios"]),
+            fmt_seconds(r["headway"]),
+            fmt_seconds(r.get("headway_impact")) if "headway_impact" in r else "",
+            "" if beats is None else "[green]yes[/]" if beats else "[red]no[/]",
+        )
+    return t
+
+
+def _write_html(
+    path: Path,
+    results: Sequence[SimResult],
+    metrics: Mapping[str, Mapping[str, Any]],
+    info: TraceInfo,
+    capacity: float,
+    load: float | None,
+    figs: Sequence[RefFigure],
+) -> None:
+    from headway.sim.report_html import render
+
+    notes = [f"{g['goal']}: {'met' if g['met'] else 'not met'}" for g in goals(metrics)]
+    notes += [f"Helios {f.policy} {f.metric} at load {f.load}: {f.value:,.0f} s" for f in figs]
+    if results and results[0].excluded:
+        notes.append(f"{len(results[0].excluded):,} jobs left out (larger than the cluster)")
+    text = render(
+        results,
+        metrics,
+        title=f"headway simulate: {Path(info.label).name}",
+        subtitle=f"{info.jobs:,} jobs, {capacity:g} GPUs, "
+        + ("natural arrivals" if load is None else f"load {load:g}"),
+        notes=notes,
+    )
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        fail(f"{path}: cannot write: {e.strerror}")
+
+
+# ---------------------------------------------------------------------------------------------- sweep
+
+SWEEP_METRICS: tuple[str, ...] = (
+    "time_to_success_mean",
+    "time_to_success_p95",
+    "queue_delay_p99",
+    "bounded_slowdown_mean",
+    "utilisation",
+    "jain_fairness",
+)
+
+
+def sweep(
+    trace: TraceArg = None,
+    fmt: FormatOpt = "auto",
+    db: DbOpt = None,
+    nodes: NodesOpt = 64,
+    gpus_per_node: GpnOpt = 8,
+    nodes_per_rack: NprOpt = 8,
+    cluster: ClusterOpt = None,
+    nodes_file: NodesFileOpt = None,
+    policy: Annotated[
+        str, typer.Option("--policy", "-p", help="Comma-separated: " + ", ".join(ALL_POLICIES) + ".")
+    ] = DEFAULT_POLICIES,
+    load: Annotated[
+        str, typer.Option(help="Comma-separated offered loads; `natural` keeps the trace's arrivals.")
+    ] = "0.6,0.8,1.0",
+    seeds: Annotated[
+        str, typer.Option(help="Comma-separated seeds; each grid point runs once per seed.")
+    ] = "0,1,2",
+    placement: PlacementOpt = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            help="Address of a running Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a local "
+            "cluster of --workers processes).",
+            show_default=False,
+        ),
+    ] = None,
+    workers: Annotated[int, typer.Option(help="Worker processes of the local Dask cluster.", min=1)] = 2,
+    include_cpu: IncludeCpuOpt = False,
+    as_json: JsonOpt = False,
+    tz: Annotated[str | None, typer.Option(help="Timezone of naive timestamps in TRACE.")] = None,
+) -> None:
+    """Run a policy x load x seed grid on Dask and print the median over seeds per policy and load,
+    with the min-max spread."""
+    from headway.sim.sweep import grid, iter_rows, run_grid, summarise
+
+    policies = _parse_policies(policy)
+    loads = _parse_loads(load)
+    seed_list = _parse_seeds(seeds)
+    if placement is not None and placement not in PLACEMENTS:
+        fail(f"--placement: choose one of {', '.join(PLACEMENTS)}")
+    if scheduler is not None and not scheduler.startswith(("tcp://", "tls://", "ucx://", "inproc://")):
+        fail(f"--scheduler: expected an address like tcp://HOST:PORT, got {scheduler!r}")
+    jobs, info = load_jobs(trace, fmt, db, tz)
+    spec = build_cluster(nodes, gpus_per_node, nodes_per_rack, cluster, nodes_file)
+    cells = grid(policies, loads, seed_list)
+    if not as_json:
+        where = scheduler or f"a local Dask cluster of {workers} processes"
+        err.print(f"{info.label}: {info.jobs:,} jobs; {len(cells)} simulations on {where}")
+    t0 = time.perf_counter()
+    with _progress(as_json) as progress:
+        task = progress.add_task("sweep", total=len(cells))
+        try:
+            results = run_grid(
+                jobs,
+                spec,
+                cells,
+                placement=placement,
+                include_cpu=include_cpu,
+                scheduler=scheduler,
+                workers=workers,
+                on_done=lambda _r: progress.advance(task),
+            )
+        except (OSError, TimeoutError) as e:
+            fail(f"dask: {e}")
+    wall = time.perf_counter() - t0
+    summary = summarise(results, SWEEP_METRICS)
+    if as_json:
+        print_json(
+            {
+                "trace": info.as_dict(),
+                "cluster": cluster_info(spec),
+                "grid": {
+                    "policies": policies,
+                    "loads": [c if c is not None else "natural" for c in loads],
+                    "seeds": seed_list,
+                },
+                "rows": list(iter_rows(summary)),
+                "wall_seconds": wall,
+            }
+        )
+        return
+    t = Table(title=f"{info.label}: median over {len(seed_list)} seeds [dim](min-max)[/]", show_lines=True)
+    t.add_column("load")
+    t.add_column("policy", style="bold")
+    for m in SWEEP_METRICS:
+        t.add_column(m.replace("_", " "), justify="right")
+    for (pol, ld), row in summary.items():
+        cells_txt = []
+        for m in SWEEP_METRICS:
+            s = row[m]
+            txt = fmt_metric(m, s.median)
+            if s.n > 1 and s.low is not None and s.high is not None:
+                txt += f"\n[dim]{fmt_metric(m, s.low)}-{fmt_metric(m, s.high)}[/]"
+            cells_txt.append(txt)
+        t.add_row(ld, pol, *cells_txt)
+    out.print(t)
+    out.print(f"{len(cells)} simulations in {wall:.1f} s")
+
+
+# ---------------------------------------------------------------------------------------------- synth
+
+SYNTH_FORMATS: tuple[str, ...] = ("parquet", "csv", "sacct")
+
+
+def synth(
+    jobs: Annotated[int, typer.Option("--jobs", "-n", help="How many jobs to generate.", min=1)],
+    out_path: Annotated[Path, typer.Option("--out", "-o", help="File to write.")],
+    seed: Annotated[int, typer.Option(help="Random seed: the same seed gives the same trace.")] = 0,
+    users: Annotated[int, typer.Option(help="How many users submit jobs.", min=1)] = 160,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="parquet (job schema; `headway simulate FILE` reads it), csv (job schema columns), or sacct "
+            "(`sacct -P` text: `headway ingest --format sacct --tz UTC FILE`).",
+        ),
+    ] = "parquet",
+    profile: Annotated[
+        str, typer.Option(help="Calibration: philly (Philly sample statistics) or alibaba (early failures).")
+    ] = "philly",
+    as_json: JsonOpt = False,
+) -> None:
+    """Generate a synthetic job log: heavy-tailed runtimes, per-user failure propensities, early
+    failures and submission bursts, calibrated to the public Philly and Alibaba traces."""
+    from headway.sim.synth import PROFILES, generate, write_sacct
+
+    if fmt not in SYNTH_FORMATS:
+        fail(f"--format: choose one of {', '.join(SYNTH_FORMATS)}")
+    if profile not in PROFILES:
+        fail(f"--profile: choose one of {', '.join(PROFILES)}")
+    if out_path.is_dir():
+        fail(f"{out_path}: is a directory; give a file name")
+    if not out_path.parent.exists():
+        fail(f"{out_path.parent}: no such directory")
+    t0 = time.perf_counter()
+    with err.status(f"generating {jobs:,} jobs", spinner="dots") if not as_json else _Null():
+        table = generate(jobs, seed, users=users, profile=profile)
+    gen_s = time.perf_counter() - t0
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, out_path, compression="zstd")
+        elif fmt == "csv":
+            import pyarrow.csv as pacsv
+
+            pacsv.write_csv(table, out_path)
+        else:
+            write_sacct(table, str(out_path))
+    except ValueError as e:
+        fail(f"{out_path}: {e}")
+    except OSError as e:
+        fail(f"{out_path}: cannot write: {e.strerror}")
+    import pyarrow.compute as pc
+
+    states = {str(k): int(v) for k, v in zip(*_value_counts(pc, table.column("state")), strict=True)}
+    summary = {
+        "out": str(out_path),
+        "format": fmt,
+        "jobs": table.num_rows,
+        "seed": seed,
+        "users": users,
+        "profile": profile,
+        "states": states,
+        "generate_seconds": gen_s,
+        "ingest": _ingest_hint(fmt, out_path),
+    }
+    if as_json:
+        print_json(summary)
+        return
+    out.print(f"wrote {table.num_rows:,} jobs to {out_path} ({fmt}) in {gen_s:.2f} s to generate")
+    out.print("states: " + ", ".join(f"{k} {v:,}" for k, v in sorted(states.items())))
+    out.print(summary["ingest"])
+
+
+def _value_counts(pc: Any, col: Any) -> tuple[list[Any], list[Any]]:
+    vc = pc.value_counts(col)
+    return vc.field("values").to_pylist(), vc.field("counts").to_pylist()
+
+
+def _ingest_hint(fmt: str, path: Path) -> str:
+    if fmt == "parquet":
+        return f"simulate it directly: headway simulate {path}"
+    if fmt == "sacct":
+        return f"ingest it: headway ingest --format sacct --tz UTC {path}"
+    return (
+        f"simulate it after converting, or use --format parquet / sacct; columns are the job schema ({path})"
+    )
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None

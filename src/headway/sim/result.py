@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -73,3 +74,10 @@ class SimResult:
     explain: dict[str, list[WaitRecord]] = field(default_factory=dict)  # only for jobs asked about
     wall_seconds: float = 0.0
     events: int = 0
+    # Additions (engine, compatible): why jobs were left out, by reason -> count (e.g. "never started
+    # in the trace", "CPU-only", "larger than the cluster"); scheduling passes run; the natural load
+    # before --load rescaling; Decisions (only when the engine was asked to log them).
+    excluded_counts: dict[str, int] = field(default_factory=dict)
+    passes: int = 0
+    natural_load: float = 0.0
+    decisions: list[Any] = field(default_factory=list)

@@ -1,0 +1,135 @@
+"""Ingest speed of sacct output: the reader alone and `headway ingest` end to end (reader + store).
+
+Generates N realistic `sacct -a -X -P` rows (varied states, typed and untyped GPU TRES, pending jobs with
+Unknown times, UNLIMITED limits, CANCELLED by UID) into a temporary file, then times each path three times
+and reports the median rows/s. Target (issue 2): >= 200k sacct rows/s.
+
+    .venv/bin/python benchmarks/bench_ingest.py [--rows 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from headway.traces.base import ReadOptions
+from headway.traces.sacct import READER
+
+HEADER = (
+    "JobID|JobName|User|Account|Partition|State|ExitCode|Submit|Start|End|ElapsedRaw|TimelimitRaw|"
+    "AllocTRES|NNodes|NodeList|Priority|QOS|ReqTRES"
+)
+STATES = np.array(
+    ["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED by 1001", "OUT_OF_MEMORY", "NODE_FAIL", "RUNNING", "PENDING"]
+)
+STATE_P = np.array([0.55, 0.18, 0.06, 0.1, 0.03, 0.01, 0.04, 0.03])
+GPU_TYPES = np.array(["a100", "v100", "h100"])
+
+
+def generate(path: Path, n: int, seed: int = 7) -> None:
+    """Write n sacct rows; vectorized so generating does not dominate the benchmark's wall time."""
+    rng = np.random.default_rng(seed)
+    t0 = np.datetime64("2026-01-01T00:00:00")
+    submit = t0 + np.sort(rng.integers(0, 90 * 86400, n)).astype("timedelta64[s]")
+    wait = rng.exponential(600, n).astype(np.int64)
+    run = rng.lognormal(7.5, 1.6, n).astype(np.int64) + 1
+    limit_min = rng.choice(np.array([60, 240, 1440, 4320]), n)
+    state = STATES[rng.choice(len(STATES), n, p=STATE_P)]
+    gpus = rng.choice(np.array([0, 1, 2, 4, 8, 16]), n, p=[0.1, 0.4, 0.15, 0.15, 0.15, 0.05])
+    nodes = np.maximum(1, gpus // 8)
+    gtype = GPU_TYPES[rng.integers(0, 3, n)]
+    users = np.char.add("u", rng.integers(0, 400, n).astype(str))
+    names = np.char.add("job-", rng.integers(0, 5000, n).astype(str))
+    pending = state == "PENDING"
+    running = state == "RUNNING"
+    start = submit + wait.astype("timedelta64[s]")
+    end = start + run.astype("timedelta64[s]")
+    with open(path, "w") as fh:
+        fh.write(HEADER + "\n")
+        for i in range(n):
+            st = state[i]
+            s = "Unknown" if pending[i] else str(start[i])
+            e = "Unknown" if pending[i] or running[i] else str(end[i])
+            el = 0 if pending[i] else int(run[i])
+            g = int(gpus[i])
+            gres = f",gres/gpu:{gtype[i]}={g},gres/gpu={g}" if g else ""
+            alloc = "" if pending[i] else f"billing={g or 1},cpu={4 * max(g, 1)}{gres},mem={16 * max(g, 1)}G,node={nodes[i]}"
+            req = f"billing={g or 1},cpu={4 * max(g, 1)},gres/gpu={g},mem={16 * max(g, 1)}G,node={nodes[i]}"
+            lim = "UNLIMITED" if i % 97 == 0 else str(limit_min[i])
+            code = "1:0" if st == "FAILED" else ("0:9" if st == "OUT_OF_MEMORY" else "0:0")
+            fh.write(
+                f"{1000 + i}|{names[i]}|{users[i]}|acct{i % 13}|gpu|{st}|{code}|{submit[i]}|{s}|{e}|{el}|{lim}|"
+                f"{alloc}|{nodes[i]}|n[1-{nodes[i]}]|10000|normal|{req}\n"
+            )
+
+
+def median_rate(fn: object, n: int, runs: int = 3) -> tuple[float, list[float]]:
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()  # type: ignore[operator]
+        times.append(time.perf_counter() - t)
+    return n / statistics.median(times), times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    args = ap.parse_args()
+    n = args.rows
+    with tempfile.TemporaryDirectory(prefix="headway-bench-") as d:
+        path = Path(d) / "sacct.txt"
+        t = time.perf_counter()
+        generate(path, n)
+        gen_s = time.perf_counter() - t
+        size_mb = path.stat().st_size / 1e6
+        print(f"generated {n:,} sacct rows ({size_mb:.0f} MB) in {gen_s:.1f} s")
+
+        def reader_only() -> None:
+            res = READER.read(path, ReadOptions(tz="UTC"))
+            assert res.table.num_rows == n, (res.table.num_rows, res.bad_row_count)
+
+        reader_rate, reader_times = median_rate(reader_only, n)
+        print(f"reader alone:      {reader_rate:>12,.0f} rows/s  (runs: {', '.join(f'{x:.2f}' for x in reader_times)} s)")
+
+        headway = str(Path(sys.executable).with_name("headway"))
+
+        def end_to_end() -> None:
+            db = Path(d) / "jobs.duckdb"
+            db.unlink(missing_ok=True)
+            subprocess.run(
+                [headway, "ingest", str(path), "--format", "sacct", "--tz", "UTC", "--db", str(db), "--json"],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+
+        e2e_rate, e2e_times = median_rate(end_to_end, n)
+        print(f"headway ingest:    {e2e_rate:>12,.0f} rows/s  (runs: {', '.join(f'{x:.2f}' for x in e2e_times)} s)")
+        target = 200_000
+        print(f"target >= {target:,} rows/s end to end: {'met' if e2e_rate >= target else 'NOT met'}")
+        print(
+            json.dumps(
+                {
+                    "bench": "ingest_sacct",
+                    "rows": n,
+                    "file_mb": round(size_mb, 1),
+                    "reader_rows_per_s": round(reader_rate),
+                    "ingest_rows_per_s": round(e2e_rate),
+                    "reader_runs_s": [round(x, 3) for x in reader_times],
+                    "ingest_runs_s": [round(x, 3) for x in e2e_times],
+                    "target_rows_per_s": target,
+                }
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()

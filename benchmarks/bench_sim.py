@@ -1,0 +1,118 @@
+"""Simulator throughput: a synthetic trace on a large cluster under one policy (default impact).
+
+    .venv/bin/python benchmarks/bench_sim.py [--jobs 1000000] [--nodes 1024] [--policy impact]
+
+Prints jobs/s, events, passes and peak memory, then one JSON line. The predictor is a causal
+rolling mean per user (O(1) per call) unless --predictor online asks for the project's predictor.
+Target (issue 4): 1M jobs on 1,024 x 8 GPUs under impact in <= 50 s on one core (>= 20k jobs/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import psutil
+
+from headway.predict.api import EndedJob, Predictions, SubmittedJob
+from headway.sim.cluster import ClusterSpec
+from headway.sim.run import default_predictor_factory, run_simulation
+
+
+@dataclass
+class UserMeanPredictor:
+    """Per-user rolling success rate and mean runtimes from ended jobs only (causal, O(1) per job)."""
+
+    n: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    ok: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    rt_ok: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    rt_bad: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    def predict(self, jobs: Sequence[SubmittedJob], now: float) -> Predictions:
+        k = len(jobs)
+        p, r, f = np.empty(k), np.empty(k), np.empty(k)
+        for i, j in enumerate(jobs):
+            u = j.user or ""
+            n, ok = self.n[u], self.ok[u]
+            p[i] = (ok + 1) / (n + 2)
+            r[i] = self.rt_ok[u] / ok if ok else 3600.0
+            f[i] = self.rt_bad[u] / (n - ok) if n > ok else 600.0
+        return Predictions(p, r, 2 * r, f)
+
+    def observe_end(self, ended: EndedJob) -> None:
+        u = ended.job.user or ""
+        self.n[u] += 1
+        if ended.state == "COMPLETED":
+            self.ok[u] += 1
+            self.rt_ok[u] += ended.runtime
+        else:
+            self.rt_bad[u] += ended.runtime
+
+    def maybe_retrain(self, now: float) -> bool:
+        return False
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--jobs", type=int, default=1_000_000)
+    ap.add_argument("--nodes", type=int, default=1024)
+    ap.add_argument("--gpus-per-node", type=int, default=8)
+    ap.add_argument("--policy", default="impact")
+    ap.add_argument("--load", type=float, default=0.9)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--predictor", choices=("mean", "online"), default="mean")
+    ap.add_argument("--profile", action="store_true", help="run under cProfile and print the top entries")
+    a = ap.parse_args()
+
+    from headway.sim.synth import generate
+
+    t0 = time.perf_counter()
+    jobs = generate(a.jobs, a.seed)
+    t_gen = time.perf_counter() - t0
+    spec = ClusterSpec.from_flags(a.nodes, a.gpus_per_node, 8)
+    factory = UserMeanPredictor if a.predictor == "mean" else default_predictor_factory
+    proc = psutil.Process()
+    rss0 = proc.memory_info().rss
+    t1 = time.perf_counter()
+    if a.profile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        res = prof.runcall(run_simulation, jobs, spec, policy=a.policy, load=a.load, predictor_factory=factory)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    else:
+        res = run_simulation(jobs, spec, policy=a.policy, load=a.load, seed=a.seed, predictor_factory=factory)
+    wall = time.perf_counter() - t1
+    rss = proc.memory_info().rss
+    n = res.jobs.num_rows
+    out = {
+        "bench": "sim",
+        "jobs": n,
+        "policy": a.policy,
+        "placement": res.placement,
+        "cluster_gpus": res.capacity_gpus,
+        "load": res.load,
+        "wall_s": round(wall, 2),
+        "engine_s": round(res.wall_seconds, 2),
+        "jobs_per_s": round(n / wall),
+        "events": res.events,
+        "passes": res.passes,
+        "generate_s": round(t_gen, 2),
+        "rss_mb": round(rss / 2**20),
+        "rss_growth_mb": round((rss - rss0) / 2**20),
+        "predictor": a.predictor,
+    }
+    print(f"{n:,} jobs under {a.policy} ({res.placement}) on {int(res.capacity_gpus):,} GPUs at load {res.load:.2f}")
+    print(f"  {wall:.1f} s wall, {n / wall:,.0f} jobs/s, {res.events:,} events, {res.passes:,} passes")
+    print(f"  memory: {out['rss_mb']} MB RSS ({out['rss_growth_mb']} MB during the run)")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

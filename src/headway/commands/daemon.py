@@ -1,0 +1,96 @@
+"""`headway daemon`: run this server's embedded job queue in the foreground."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from headway.console import err, fail
+
+StateDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        help="Queue state directory (default $HEADWAY_STATE_DIR, else ~/.local/state/headway; "
+        "a shared server typically uses /var/lib/headway).",
+        show_default=False,
+    ),
+]
+
+
+def daemon(
+    gpus: Annotated[
+        str,
+        typer.Option(
+            help="GPUs to hand out: `auto` (detect with NVML), a count N (N logical GPUs, for machines "
+            "without GPUs), or indices such as 0,1,3."
+        ),
+    ] = "auto",
+    state_dir: StateDirOpt = None,
+    policy: Annotated[
+        str, typer.Option(help="Queue order: `impact` (DESIGN.md) or `fifo` (submit order), or any policy.")
+    ] = "impact",
+    db: Annotated[
+        Path | None,
+        typer.Option(
+            "--db",
+            help="DuckDB job store that ended jobs are written to (default: jobs.duckdb in the state dir).",
+        ),
+    ] = None,
+    history: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--history",
+            help="Extra job stores (e.g. from `headway ingest`) the predictor also learns from. Repeatable.",
+        ),
+    ] = None,
+    grace: Annotated[
+        float,
+        typer.Option(help="Seconds between SIGTERM and SIGKILL when a job hits its limit or is cancelled."),
+    ] = 10.0,
+    quiet: Annotated[
+        bool, typer.Option(help="Log to the state dir's daemon.log only, not to stderr.")
+    ] = False,
+) -> None:
+    """Run the job queue of this server in the foreground until SIGTERM (systemd-ready).
+
+    State (SQLite, WAL), the client socket, per-job logs and daemon.log live in the state directory.
+    Jobs run under small supervisor processes that survive a daemon crash; a restarted daemon adopts them.
+    Started as root, it runs each job as the user who submitted it.
+    """
+    from headway.local.daemon import DaemonConfig, DaemonError, run_daemon
+    from headway.local.gpus import GpuSpecError, resolve_gpus
+    from headway.local.ordering import LocalPlanner, build_predictor, load_book
+    from headway.local.paths import resolve_state_dir
+    from headway.policy import POLICIES
+
+    if policy not in POLICIES:
+        fail(f"unknown --policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if grace < 0:
+        fail("--grace must be >= 0 seconds")
+    try:
+        inv = resolve_gpus(gpus)
+    except GpuSpecError as e:
+        fail(str(e))
+    if gpus == "auto" and not inv.ids:
+        err.print(
+            f"[yellow]warning:[/] no GPUs detected ({inv.note or 'NVML found none'}); only --gpus 0 jobs can "
+            "run. Use --gpus N for N logical GPUs.",
+            markup=True,
+        )
+    sd = resolve_state_dir(state_dir)
+    cfg = DaemonConfig(
+        state_dir=sd, gpu_ids=inv.ids, policy=policy, store_path=db, grace=grace, gpu_note=inv.note
+    )
+    for h in history or []:
+        if not h.exists():
+            fail(f"--history {h}: no such job store")
+    try:
+        book = load_book(sd)
+        planner = LocalPlanner(policy, book)
+        predictor = build_predictor(sd, cfg.store, list(history or []))
+        run_daemon(cfg, planner, predictor, log_to_stderr=not quiet)
+    except DaemonError as e:
+        fail(str(e))

@@ -1,0 +1,246 @@
+"""Client verbs of the local queue: `submit`, `queue`, `why`, `cancel`, `logs`, `history`.
+
+Each talks to the daemon over its Unix socket (found through --state-dir or $HEADWAY_STATE_DIR); the
+daemon learns who is asking from the socket itself, so these commands carry no identity of their own.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from headway.commands.daemon import StateDirOpt
+from headway.console import fail, out, print_json
+from headway.local.client import ClientError, request
+from headway.local.durations import format_elapsed, parse_duration
+from headway.local.paths import resolve_state_dir
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON only (for scripts).")]
+# `headway submit -- CMD ARGS...`: options stop at the command, so its own flags are never ours.
+SUBMIT_SETTINGS: dict[str, Any] = {"allow_interspersed_args": False}
+
+
+def _ask(state_dir: Path | None, msg: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return request(resolve_state_dir(state_dir), msg)
+    except ClientError as e:
+        fail(str(e))
+
+
+def submit(
+    command: Annotated[
+        list[str], typer.Argument(help="The command and its arguments (after --).", show_default=False)
+    ],
+    gpus: Annotated[int, typer.Option(help="GPUs the job needs (0 for a CPU-only job).")] = 1,
+    time_limit: Annotated[
+        str | None,
+        typer.Option("--time", help="Time limit: 30m, 2h, HH:MM:SS, D-HH:MM:SS (a bare number is minutes)."),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Job name (default: the command's name).")] = None,
+    priority: Annotated[str, typer.Option(help="low, normal, high or urgent.")] = "normal",
+    after: Annotated[
+        int | None, typer.Option(help="Start only after this job COMPLETED (cancelled if it fails).")
+    ] = None,
+    state_dir: StateDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Queue a command; it runs in this directory with this environment when its GPUs are free.
+
+    Example: headway submit --gpus 2 --time 4h --name train -- python train.py --lr 3e-4
+    """
+    if not command:
+        fail("nothing to run: headway submit [OPTIONS] -- CMD ARGS...")
+    if gpus < 0:
+        fail("--gpus must be >= 0")
+    limit = None
+    if time_limit is not None:
+        try:
+            limit = parse_duration(time_limit)
+        except ValueError as e:
+            fail(str(e))
+    reply = _ask(
+        state_dir,
+        {
+            "op": "submit",
+            "argv": list(command),
+            "cwd": os.getcwd(),
+            "env": dict(os.environ),
+            "gpus": gpus,
+            "time_limit": limit,
+            "name": name,
+            "priority": priority,
+            "after": after,
+        },
+    )
+    if as_json:
+        print_json({"id": reply["id"], "name": reply["name"], "user": reply["user"]})
+    else:
+        out.print(f"Submitted job {reply['id']} ({reply['name']})")
+
+
+def _elapsed(j: dict[str, Any], now: float) -> str:
+    if j.get("start_ts") is None:
+        return "0:00"
+    end = j.get("end_ts") or now
+    return format_elapsed(end - j["start_ts"])
+
+
+def _pct(p: float | None) -> str:
+    return "-" if p is None else f"{100 * p:.0f}%"
+
+
+def _public(j: dict[str, Any]) -> dict[str, Any]:
+    """The JSON form of a job: everything except internal epoch duplicates."""
+    return {k: v for k, v in j.items() if k not in ("submit_ts", "start_ts", "end_ts", "st")}
+
+
+def queue(
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Also list jobs that ended in the last 24 hours.")
+    ] = False,
+    state_dir: StateDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Running and pending jobs, pending ones in the order they will start (rank), with P(complete)."""
+    reply = _ask(state_dir, {"op": "queue", "all": show_all})
+    jobs = reply["jobs"]
+    if as_json:
+        print_json([_public(j) for j in jobs])
+        return
+    now = time.time()
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("JOBID", "NAME", "USER", "ST", "TIME", "GPUS", "REASON", "RANK", "P(OK)"):
+        t.add_column(col, justify="right" if col in ("JOBID", "TIME", "GPUS", "RANK", "P(OK)") else "left")
+    for j in jobs:
+        if j["state"] in ("RUNNING", "LAUNCHING"):
+            reason = "gpu:" + ",".join(map(str, j["gpu_ids"])) if j["gpu_ids"] else "-"
+        elif j["state"] == "PENDING":
+            reason = j["reason"] or "-"
+        else:
+            reason = j["state"] + (f"({j['exit_code']})" if j["exit_code"] not in (None, 0) else "")
+        t.add_row(
+            str(j["id"]),
+            j["name"][:24],
+            j["user"],
+            j["st"],
+            _elapsed(j, now),
+            str(j["gpus"]),
+            reason,
+            str(j["rank"]) if j.get("rank") else "-",
+            _pct(j["p_success"]),
+        )
+    out.print(t)
+    n_run = sum(1 for j in jobs if j["state"] in ("RUNNING", "LAUNCHING"))
+    n_pend = sum(1 for j in jobs if j["state"] == "PENDING")
+    out.print(f"{n_run} running, {n_pend} pending on {len(reply['gpu_ids'])} GPU(s)")
+
+
+def why(
+    job_id: Annotated[int, typer.Argument(help="Job id.")],
+    state_dir: StateDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Why a job is where it is: rank, impact factors in words, what it waits for, estimated start."""
+    reply = _ask(state_dir, {"op": "why", "id": job_id})
+    reply.pop("ok", None)
+    if as_json:
+        reply["job"] = _public(reply["job"])
+        print_json(reply)
+        return
+    j = reply["job"]
+    out.print(f"[bold]job {j['id']}[/] ({j['name']}, {j['user']}, {j['gpus']} GPU(s)): {j['state']}")
+    for line in reply["explanation"]:
+        out.print(("  " if not line.startswith("  ") else "") + line, markup=False, soft_wrap=True)
+
+
+def cancel(
+    job_ids: Annotated[list[int], typer.Argument(help="Job id(s) to cancel.", show_default=False)],
+    state_dir: StateDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel your jobs (root: anyone's). A running job gets SIGTERM, then SIGKILL after the grace."""
+    results = [_ask(state_dir, {"op": "cancel", "id": jid}) for jid in job_ids]
+    if as_json:
+        print_json([{"id": r["id"], "state": r["state"], "note": r.get("note")} for r in results])
+        return
+    for r in results:
+        out.print(r.get("note") or f"job {r['id']}: cancel requested ({r['state']})")
+
+
+def logs(
+    job_id: Annotated[int, typer.Argument(help="Job id.")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    stderr: Annotated[
+        bool, typer.Option("--stderr", help="Show the job's stderr instead of its stdout.")
+    ] = False,
+    state_dir: StateDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a job's output (only your own jobs; root may read all)."""
+    if follow and as_json:
+        fail("--follow streams text; it cannot be combined with --json")
+    stream = "err" if stderr else "out"
+    offset = 0
+    chunks: list[bytes] = []
+    while True:
+        r = _ask(state_dir, {"op": "logs", "id": job_id, "stream": stream, "offset": offset})
+        data = base64.b64decode(r["data"])
+        offset = int(r["offset"])
+        if as_json:
+            chunks.append(data)
+        elif data:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        if data and offset < int(r["size"]):
+            continue  # more already written: read on without waiting
+        if not follow or r["ended"]:
+            if follow and r["ended"] and offset < int(r["size"]):
+                continue
+            break
+        time.sleep(0.5)
+    if as_json:
+        text = b"".join(chunks).decode("utf-8", errors="replace")
+        print_json({"id": job_id, "stream": stream, "state": r["state"], "text": text})
+
+
+def history(
+    limit: Annotated[int, typer.Option(help="How many ended jobs to show (most recent first).")] = 50,
+    user: Annotated[str | None, typer.Option(help="Only this user's jobs.")] = None,
+    state_dir: StateDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Ended jobs with their final state, exit code, GPUs and times (most recent first)."""
+    if limit < 0:
+        fail("--limit must be >= 0")
+    reply = _ask(state_dir, {"op": "history", "limit": limit, "user": user})
+    jobs = reply["jobs"]
+    if as_json:
+        print_json([_public(j) for j in jobs])
+        return
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("JOBID", "NAME", "USER", "STATE", "EXIT", "GPUS", "GPU_IDS", "SUBMIT", "ELAPSED", "WAIT"):
+        t.add_column(col, justify="right" if col in ("JOBID", "EXIT", "GPUS", "ELAPSED", "WAIT") else "left")
+    for j in jobs:
+        wait = "-"
+        if j.get("start_ts") is not None:
+            wait = format_elapsed(j["start_ts"] - j["submit_ts"])
+        t.add_row(
+            str(j["id"]),
+            j["name"][:24],
+            j["user"],
+            j["state"],
+            "-" if j["exit_code"] is None else str(j["exit_code"]),
+            str(j["gpus"]),
+            ",".join(map(str, j["gpu_ids"])) or "-",
+            time.strftime("%m-%d %H:%M:%S", time.localtime(j["submit_ts"])),
+            _elapsed(j, time.time()) if j.get("start_ts") is not None else "-",
+            wait,
+        )
+    out.print(t)

@@ -1,0 +1,266 @@
+"""`headway slurm sync` and `headway slurm why`: impact ranking fed into a real Slurm's SiteFactor."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from headway.console import err, fail, out, print_json
+
+if TYPE_CHECKING:
+    from headway.slurm.sync import PassReport
+
+app = typer.Typer(
+    help="Run headway next to Slurm: rank pending jobs by impact and write it into Slurm's own priority "
+    "(SiteFactor), so backfill, QOS and reservations keep working and `sprio` shows headway's part.",
+    no_args_is_help=True,
+)
+
+DbOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--db", help="Job store holding this cluster's history (default ./headway.duckdb or $HEADWAY_DB)."
+    ),
+]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+
+
+def parse_interval(text: str) -> float:
+    """`30s`, `2m`, `1h`, `500ms` or plain seconds, as seconds."""
+    m = _DURATION.match(text)
+    if not m:
+        raise ValueError(f"--interval {text!r}: expected e.g. 30s, 2m, 1h")
+    value = float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}[m.group(2)]
+    if value <= 0:
+        raise ValueError(f"--interval {text!r}: must be above zero")
+    return value
+
+
+def _print_report(report: PassReport, as_json: bool, verbose: bool) -> None:
+    if as_json:
+        print_json(report.to_json())
+        return
+    if not report.ok and report.plan is None:
+        err.print(f"[yellow]pass {report.seq}:[/] {report.error}; nothing written, retrying")
+        return
+    plan = report.plan
+    assert plan is not None
+    t = Table(
+        title=f"pass {report.seq}: {plan.pending} pending, {plan.running} running ({plan.queue_source})"
+    )
+    for col in (
+        "rank",
+        "job",
+        "user",
+        "name",
+        "GPUs",
+        "tier",
+        "score",
+        "SiteFactor now",
+        "planned",
+        "status",
+    ):
+        t.add_column(
+            col, justify="right" if col in ("rank", "GPUs", "score", "SiteFactor now", "planned") else "left"
+        )
+    applied = {c.job_id for c in report.applied}
+    changed = {c.job_id for c in plan.changes}
+    for r in plan.rows:
+        if r.job_id in report.failed:
+            status = f"[red]failed[/]: {report.failed[r.job_id]}"
+        elif r.job_id in applied:
+            status = "[green]written[/]"
+        elif r.job_id in changed:
+            status = "planned (dry run)" if report.dry_run else "not written"
+        else:
+            status = "unchanged"
+        if not verbose and status == "unchanged" and len(plan.rows) > 50:
+            continue
+        t.add_row(
+            str(r.rank),
+            r.job_id,
+            r.user or "-",
+            r.name or "-",
+            f"{r.gpus:g}",
+            r.tier,
+            f"{r.score:.4g}",
+            "?" if r.current is None else str(r.current),
+            str(r.target),
+            status,
+        )
+    out.print(t)
+    if plan.skipped_cpu_only:
+        out.print(f"left alone (no GPUs requested): {', '.join(plan.skipped_cpu_only)}")
+    summary = f"{len(plan.changes)} to change, {len(plan.rows) - len(plan.changes)} unchanged"
+    if report.dry_run:
+        out.print(f"{summary}; dry run: nothing written (add --apply to write SiteFactors)")
+    else:
+        out.print(f"{summary}; written {len(report.applied)}, failed {len(report.failed)}")
+    if report.error:
+        err.print(f"[yellow]pass {report.seq}:[/] {report.error}")
+
+
+@app.command("sync")
+def sync(
+    once: Annotated[bool, typer.Option("--once", help="Run one pass and exit.")] = False,
+    interval: Annotated[
+        str, typer.Option(help="Time between passes when looping, e.g. 30s, 2m (doubles after failures).")
+    ] = "30s",
+    apply: Annotated[
+        bool,
+        typer.Option(
+            "--apply",
+            help="Write changed SiteFactors with scontrol (root or SlurmUser). Without it: dry run.",
+        ),
+    ] = False,
+    factor_range: Annotated[
+        str, typer.Option("--range", help="SiteFactor range LO:HI; the best-ranked job gets HI, the last LO.")
+    ] = "0:100000",
+    db: DbOpt = None,
+    since: Annotated[
+        str, typer.Option(help="History to read on the first pass when the store has none: 30d, 12h, a date.")
+    ] = "30d",
+    source: Annotated[str, typer.Option(help="Source name of this cluster's jobs in the store.")] = "sacct",
+    policy: Annotated[str, typer.Option(help="Ranking policy of the scheduling core.")] = "impact",
+    max_passes: Annotated[
+        int | None, typer.Option(help="Stop after this many passes (for scripts).", hidden=True)
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per pass on stdout, nothing else.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show unchanged jobs in long queues too.")
+    ] = False,
+) -> None:
+    """Rank Slurm's pending jobs with headway's policy core and map the ranks onto SiteFactor.
+
+    Reads `squeue --json` (or `squeue -O` text), new history from `sacct -a -X -P` (incrementally), and
+    current SiteFactors from `sprio`. A dry run (the default) prints the plan and writes nothing, neither
+    to Slurm nor to the store; `--apply` writes only changed values and stores the new history. When
+    slurmctld does not answer, the pass writes nothing and the loop backs off and retries.
+    """
+    from headway.policy import POLICIES
+    from headway.slurm.runner import Runner, SlurmDenied, SlurmError, SlurmMissing
+    from headway.slurm.sitefactor import FactorRange
+    from headway.slurm.sync import SlurmSync, SyncOptions, run_loop
+
+    try:
+        rng = FactorRange.parse(factor_range)
+        every = parse_interval(interval)
+    except ValueError as e:
+        fail(str(e))
+    if policy not in POLICIES:
+        fail(f"unknown --policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    opts = SyncOptions(rng=rng, apply=apply, db=db, source=source, since=since, policy=policy)
+    runner = Runner()
+    try:
+        for cmd in ("squeue", "sacct", "sprio", "sinfo", *(("scontrol",) if apply else ())):
+            runner.which(cmd)
+        syncer = SlurmSync(runner, opts)
+    except SlurmError as e:
+        fail(str(e))
+    try:
+        if once:
+            with err.status("reading Slurm and ranking ...") if not as_json else _null():
+                report = syncer.run_pass()
+            _print_report(report, as_json, verbose)
+            if not report.ok:
+                raise typer.Exit(1)
+            return
+        if not as_json:
+            err.print(f"syncing every {every:g} s ({'writing' if apply else 'dry run'}); Ctrl-C to stop")
+        run_loop(syncer, every, lambda r: _print_report(r, as_json, verbose), max_passes=max_passes)
+    except (SlurmMissing, SlurmDenied) as e:
+        fail(str(e))
+    except KeyboardInterrupt:
+        if not as_json:
+            err.print("stopped")
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+@app.command("why")
+def why(
+    job_id: Annotated[str, typer.Argument(help="A pending Slurm job id.")],
+    db: DbOpt = None,
+    factor_range: Annotated[
+        str, typer.Option("--range", help="SiteFactor range LO:HI, as for sync.")
+    ] = "0:100000",
+    since: Annotated[
+        str, typer.Option(help="History to read when the store has none: 30d, 12h, a date.")
+    ] = "30d",
+    source: Annotated[str, typer.Option(help="Source name of this cluster's jobs in the store.")] = "sacct",
+    policy: Annotated[str, typer.Option(help="Ranking policy of the scheduling core.")] = "impact",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Headway's factors for one pending job next to Slurm's own `sprio -l` line for it (writes nothing)."""
+    from headway.slurm.queue import parse_sprio_long
+    from headway.slurm.runner import Runner, SlurmError
+    from headway.slurm.sitefactor import FactorRange
+    from headway.slurm.sync import SlurmSync, SyncOptions
+
+    try:
+        rng = FactorRange.parse(factor_range)
+    except ValueError as e:
+        fail(str(e))
+    runner = Runner()
+    try:
+        syncer = SlurmSync(
+            runner, SyncOptions(rng=rng, apply=False, db=db, source=source, since=since, policy=policy)
+        )
+        plan = syncer.plan()
+        res = runner.run("sprio", ["-l", "-j", job_id], check=False)
+    except SlurmError as e:
+        fail(str(e))
+    row = next((r for r in plan.rows if r.job_id == job_id), None)
+    if row is None:
+        if job_id in plan.skipped_cpu_only:
+            fail(f"job {job_id} asks for no GPUs; headway leaves its SiteFactor alone")
+        fail(f"job {job_id} is not pending (headway ranks only pending jobs; see `squeue -j {job_id}`)")
+    sprio = parse_sprio_long(res.stdout).get(job_id) if res.returncode == 0 else None
+    data = {
+        "job_id": job_id,
+        "headway": {
+            "rank": row.rank,
+            "of": len(plan.rows),
+            "tier": row.tier,
+            "score": row.score,
+            "factors": row.factors,
+            "reason": row.reason,
+            "site_factor_planned": row.target,
+            "site_factor_now": row.current,
+        },
+        "slurm": None if sprio is None else {"priority": sprio.priority, "factors": sprio.factors},
+    }
+    if as_json:
+        print_json(data)
+        return
+    out.print(f"[bold]job {job_id}[/] ({row.user or '-'}, {row.name or '-'}, {row.gpus:g} GPUs)")
+    t = Table(title="headway", show_header=False)
+    t.add_row("rank", f"{row.rank} of {len(plan.rows)} pending GPU jobs ({row.tier})")
+    t.add_row("score", f"{row.score:.4g}")
+    for k, v in row.factors.items():
+        t.add_row(k, f"{v:.4g}")
+    t.add_row("SiteFactor", f"{'?' if row.current is None else row.current} now, {row.target} planned")
+    out.print(t)
+    if sprio is None:
+        out.print(
+            "slurm: sprio has no line for this job"
+            + (f" ({res.stderr.strip()})" if res.stderr.strip() else "")
+        )
+        return
+    s = Table(title=f"slurm (sprio): priority {sprio.priority}", show_header=False)
+    for k, v in sprio.factors.items():
+        s.add_row(k, f"{v:g}")
+    out.print(s)

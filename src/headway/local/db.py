@@ -1,0 +1,252 @@
+"""The daemon's durable state: one SQLite file in WAL mode (jobs, an event log, the decision log).
+
+Only the daemon writes it, from one thread. WAL with synchronous=NORMAL survives a crash of the daemon
+process (the case the queue must handle); a power cut may lose the last few transactions.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from headway.local.core import JobState, LocalJob, Plan
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    user TEXT NOT NULL,
+    uid INTEGER NOT NULL,
+    gid INTEGER NOT NULL,
+    groups TEXT NOT NULL DEFAULT '[]',
+    name TEXT NOT NULL,
+    argv TEXT NOT NULL,
+    cwd TEXT NOT NULL,
+    env TEXT NOT NULL,
+    gpus INTEGER NOT NULL,
+    time_limit REAL,
+    priority TEXT NOT NULL,
+    after INTEGER,
+    submit_time REAL NOT NULL,
+    state TEXT NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    gpu_ids TEXT NOT NULL DEFAULT '',
+    start_time REAL,
+    end_time REAL,
+    exit_code INTEGER,
+    reason TEXT NOT NULL DEFAULT '',
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    p_success REAL,
+    pred_runtime REAL,
+    pred_runtime_p90 REAL,
+    pred_ttf REAL,
+    decision_id INTEGER,
+    stored INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
+CREATE INDEX IF NOT EXISTS jobs_unstored ON jobs (stored) WHERE stored = 0;
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    time REAL NOT NULL,
+    job_id INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id);
+CREATE TABLE IF NOT EXISTS decisions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time REAL NOT NULL,
+    policy TEXT NOT NULL,
+    starts TEXT NOT NULL,
+    ranking TEXT NOT NULL,
+    reservation TEXT
+);
+"""
+
+ACTIVE = tuple(s.value for s in JobState if s.active)
+
+# Columns the core may change; written back after every step.
+_MUTABLE = (
+    "state",
+    "attempt",
+    "gpu_ids",
+    "start_time",
+    "end_time",
+    "exit_code",
+    "reason",
+    "cancel_requested",
+    "p_success",
+    "pred_runtime",
+    "pred_runtime_p90",
+    "pred_ttf",
+)
+
+
+class StateDB:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.con = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
+        self.con.row_factory = sqlite3.Row
+        self.con.execute("PRAGMA journal_mode=WAL")
+        self.con.execute("PRAGMA synchronous=NORMAL")
+        self.con.execute("PRAGMA foreign_keys=ON")
+        self.con.executescript(_SCHEMA)
+        self.con.execute(
+            "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
+
+    def close(self) -> None:
+        self.con.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.con.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.con
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self.con.execute("COMMIT")
+
+    # -- writes (call inside `transaction`) --
+
+    def insert_job(self, fields: dict[str, Any]) -> int:
+        cols = list(fields)
+        cur = self.con.execute(
+            f"INSERT INTO jobs ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+            [fields[c] for c in cols],
+        )
+        assert cur.lastrowid is not None
+        return int(cur.lastrowid)
+
+    def save(self, jobs: Iterable[LocalJob]) -> None:
+        rows = [_mutable_row(j) for j in jobs]
+        if rows:
+            sets = ", ".join(f"{c} = ?" for c in _MUTABLE)
+            self.con.executemany(f"UPDATE jobs SET {sets} WHERE id = ?", rows)
+
+    def log_events(self, now: float, lines: Sequence[tuple[int, str, str]]) -> None:
+        if lines:
+            self.con.executemany(
+                "INSERT INTO events (time, job_id, kind, detail) VALUES (?, ?, ?, ?)",
+                [(now, jid, kind, detail) for jid, kind, detail in lines],
+            )
+
+    def log_decision(self, plan: Plan, now: float) -> int:
+        ranking = [
+            {
+                "job_id": e.job_id,
+                "rank": e.rank,
+                "score": e.score,
+                "factors": dict(e.factors),
+                "reason": e.reason,
+            }
+            for e in plan.ranking
+        ]
+        cur = self.con.execute(
+            "INSERT INTO decisions (time, policy, starts, ranking, reservation) VALUES (?, ?, ?, ?, ?)",
+            (
+                now,
+                plan.policy,
+                json.dumps([[jid, list(g)] for jid, g in plan.starts]),
+                json.dumps(ranking),
+                json.dumps(plan.reservation) if plan.reservation else None,
+            ),
+        )
+        assert cur.lastrowid is not None
+        did = int(cur.lastrowid)
+        self.con.executemany(
+            "UPDATE jobs SET decision_id = ? WHERE id = ?", [(did, jid) for jid, _ in plan.starts]
+        )
+        return did
+
+    def mark_stored(self, ids: Sequence[int]) -> None:
+        self.con.executemany("UPDATE jobs SET stored = 1 WHERE id = ?", [(i,) for i in ids])
+
+    # -- reads --
+
+    def load_active(self) -> list[LocalJob]:
+        q = f"SELECT * FROM jobs WHERE state IN ({', '.join('?' for _ in ACTIVE)}) ORDER BY id"
+        return [job_from_row(r) for r in self.con.execute(q, ACTIVE)]
+
+    def ended_states(self) -> dict[int, JobState]:
+        q = f"SELECT id, state FROM jobs WHERE state NOT IN ({', '.join('?' for _ in ACTIVE)})"
+        return {int(r[0]): JobState(r[1]) for r in self.con.execute(q, ACTIVE)}
+
+    def row(self, job_id: int) -> sqlite3.Row | None:
+        cur = self.con.execute("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        row: sqlite3.Row | None = cur.fetchone()
+        return row
+
+    def rows(
+        self, where: str = "", params: Sequence[Any] = (), order: str = "id", limit: int = 0
+    ) -> list[sqlite3.Row]:
+        q = "SELECT * FROM jobs" + (f" WHERE {where}" if where else "") + f" ORDER BY {order}"
+        if limit:
+            q += f" LIMIT {int(limit)}"
+        return list(self.con.execute(q, params))
+
+    def unstored(self, limit: int = 500) -> list[sqlite3.Row]:
+        return self.rows("stored = 0 AND state NOT IN ('PENDING', 'LAUNCHING', 'RUNNING')", limit=limit)
+
+    def decision(self, decision_id: int) -> sqlite3.Row | None:
+        cur = self.con.execute("SELECT * FROM decisions WHERE id = ?", (decision_id,))
+        row: sqlite3.Row | None = cur.fetchone()
+        return row
+
+    def events(self, job_id: int) -> list[sqlite3.Row]:
+        return list(self.con.execute("SELECT * FROM events WHERE job_id = ? ORDER BY seq", (job_id,)))
+
+
+def _mutable_row(j: LocalJob) -> tuple[Any, ...]:
+    return (
+        j.state.value,
+        j.attempt,
+        ",".join(str(g) for g in j.gpu_ids),
+        j.start_time,
+        j.end_time,
+        j.exit_code,
+        j.reason,
+        int(j.cancel_requested),
+        j.p_success,
+        j.pred_runtime,
+        j.pred_runtime_p90,
+        j.pred_ttf,
+        j.id,
+    )
+
+
+def parse_ids(text: str) -> tuple[int, ...]:
+    return tuple(int(g) for g in text.split(",") if g != "")
+
+
+def job_from_row(r: sqlite3.Row) -> LocalJob:
+    return LocalJob(
+        id=int(r["id"]),
+        user=r["user"],
+        uid=int(r["uid"]),
+        name=r["name"],
+        gpus=int(r["gpus"]),
+        submit_time=float(r["submit_time"]),
+        time_limit=r["time_limit"],
+        priority=r["priority"],
+        after=r["after"],
+        state=JobState(r["state"]),
+        attempt=int(r["attempt"]),
+        gpu_ids=parse_ids(r["gpu_ids"]),
+        start_time=r["start_time"],
+        end_time=r["end_time"],
+        exit_code=r["exit_code"],
+        reason=r["reason"],
+        cancel_requested=bool(r["cancel_requested"]),
+        p_success=r["p_success"],
+        pred_runtime=r["pred_runtime"],
+        pred_runtime_p90=r["pred_runtime_p90"],
+        pred_ttf=r["pred_ttf"],
+    )

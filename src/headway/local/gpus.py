@@ -1,0 +1,57 @@
+"""Which GPUs the daemon hands out: NVML where present, or N logical GPUs for machines without any."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class GpuSpecError(ValueError):
+    """A --gpus value that is not auto, a count, or a list of indices."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInventory:
+    ids: tuple[int, ...]
+    names: tuple[str, ...]  # one per id ("logical" when not from NVML)
+    source: str  # "nvml", "logical" or "list"
+    note: str = ""
+
+
+def nvml_gpus() -> tuple[list[str], str]:
+    """Names of the GPUs NVML sees, and a note when NVML is unavailable (no driver, no package)."""
+    try:
+        import pynvml
+    except ImportError:
+        return [], "nvidia-ml-py is not installed"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as e:
+        return [], f"NVML unavailable ({e})"
+    try:
+        names = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+            names.append(name.decode() if isinstance(name, bytes) else str(name))
+        return names, ""
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def resolve_gpus(spec: str) -> GpuInventory:
+    """`auto` (NVML), `N` (N logical GPUs 0..N-1) or `0,1,3` (exactly those indices)."""
+    spec = spec.strip()
+    if spec == "auto":
+        names, note = nvml_gpus()
+        return GpuInventory(tuple(range(len(names))), tuple(names), "nvml", note)
+    if spec.isdigit():
+        n = int(spec)
+        return GpuInventory(tuple(range(n)), ("logical",) * n, "logical")
+    try:
+        ids = tuple(int(p) for p in spec.split(",") if p.strip() != "")
+    except ValueError:
+        raise GpuSpecError(
+            f"--gpus {spec!r}: expected auto, a count such as 4, or indices such as 0,1,3"
+        ) from None
+    if not ids or min(ids) < 0 or len(set(ids)) != len(ids):
+        raise GpuSpecError(f"--gpus {spec!r}: indices must be distinct and >= 0")
+    return GpuInventory(tuple(sorted(ids)), ("listed",) * len(ids), "list")

@@ -1,0 +1,108 @@
+"""The run directory: the only channel between the daemon and a job's supervisor, durable across crashes.
+
+One directory per launch attempt (`runs/<job>.<attempt>/`) holds:
+
+- `spec.json`: what to run (written by the daemon before it starts the supervisor),
+- `lock`: flock-ed by the supervisor for its whole life, so anyone can tell whether it is alive,
+- `claim`: created exactly once with `link()` (atomic, fails if present). The supervisor claims before it
+  starts the job; a restarted daemon that finds an unclaimed launch claims it as "abandoned", which makes a
+  late supervisor give up. So an attempt runs at most once, whoever crashes when.
+- `status.json`: the job's end, written by the supervisor with temp file + rename before it exits.
+
+Only the standard library here: the supervisor imports this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SPEC = "spec.json"
+LOCK = "lock"
+CLAIM = "claim"
+STATUS = "status.json"
+
+
+def run_dir(state_dir: Path, job_id: int, attempt: int) -> Path:
+    return state_dir / "runs" / f"{job_id}.{attempt}"
+
+
+def write_atomic(path: Path, data: dict[str, Any], *, fsync: bool = True) -> None:
+    """Write JSON so a reader sees the old file or the whole new one, never half of it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+        f.flush()
+        if fsync:
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (json.JSONDecodeError, OSError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def try_claim(rdir: Path, data: dict[str, Any]) -> bool:
+    """Create `claim` with `data` atomically; False if someone claimed this attempt first."""
+    tmp = rdir / f".claim.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(tmp, rdir / CLAIM)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    """What a daemon can learn of one launch attempt from its run directory."""
+
+    kind: str  # "unclaimed" | "abandoned" | "running" | "ended" | "lost"
+    claim: dict[str, Any] | None = None
+    status: dict[str, Any] | None = None
+
+
+def inspect(rdir: Path) -> RunView:
+    """Classify an attempt. Never blocks; the lock tells a live supervisor from a dead one."""
+    status = read_json(rdir / STATUS)
+    claim = read_json(rdir / CLAIM)
+    if status is not None:
+        return RunView("ended", claim, status)
+    if not (rdir / CLAIM).exists():
+        return RunView("unclaimed")
+    if claim is None or claim.get("by") != "supervisor":
+        return RunView("abandoned", claim)
+    try:
+        fd = os.open(rdir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    except FileNotFoundError:
+        return RunView("lost", claim)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return RunView("running", claim)
+        # The supervisor writes its status before it releases the lock (by exiting): look once more.
+        status = read_json(rdir / STATUS)
+        if status is not None:
+            return RunView("ended", claim, status)
+        return RunView("lost", claim)
+    finally:
+        os.close(fd)

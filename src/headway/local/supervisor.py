@@ -1,0 +1,134 @@
+"""One job's keeper: `python -m headway.local.supervisor RUN_DIR`.
+
+The daemon starts one supervisor per job in a new session, so it outlives a daemon crash. The supervisor
+claims the attempt (see runs.py), runs the job's argv in its own process group as the submitting user,
+enforces the time limit (SIGTERM, grace, SIGKILL), turns SIGTERM sent to itself into a cancellation, and
+records the end in `status.json` before it exits. Standard library only, so it starts fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from headway.local import runs
+
+_cancel = False
+
+
+def _on_term(signum: int, frame: FrameType | None) -> None:
+    global _cancel
+    _cancel = True
+
+
+def _open_log(path: str, uid: int, gid: int) -> int:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    if os.getuid() == 0 and uid != 0:
+        os.fchown(fd, uid, gid)
+    return fd
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _exited(pid: int) -> bool:
+    """True once the job's leader has exited; it stays a zombie (holding its process group) until reaped."""
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    return info is not None and info.si_pid != 0
+
+
+def _wait_until(pid: int, deadline: float | None, stop_on_cancel: bool) -> bool:
+    """Poll for the leader's exit; False at the deadline, or at a cancellation when asked to stop on one."""
+    while True:
+        if _exited(pid):
+            return True
+        if stop_on_cancel and _cancel:
+            return False
+        if deadline is not None and time.time() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
+def _run(spec: dict[str, Any]) -> dict[str, Any]:
+    uid, gid = int(spec["uid"]), int(spec["gid"])
+    out = _open_log(spec["stdout"], uid, gid)
+    err = _open_log(spec["stderr"], uid, gid)
+    kw: dict[str, Any] = {}
+    if os.getuid() == 0 and uid != 0:
+        kw.update(user=uid, group=gid, extra_groups=list(spec.get("groups") or [gid]))
+    start = time.time()
+    try:
+        proc = subprocess.Popen(
+            list(spec["argv"]),
+            cwd=spec["cwd"],
+            env=dict(spec["env"]),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            process_group=0,
+            close_fds=True,
+            **kw,
+        )
+    except OSError as e:
+        os.write(err, f"headway: cannot start {spec['argv'][0]!r}: {e}\n".encode())
+        code = 127 if isinstance(e, FileNotFoundError) else 126
+        return {"state": "FAILED", "exit_code": code, "start_time": start, "end_time": time.time()}
+    finally:
+        os.close(out)
+        os.close(err)
+    pid = proc.pid
+    limit = spec.get("time_limit")
+    deadline = start + float(limit) if limit else None
+    grace = float(spec.get("grace", 10.0))
+    state = None
+    if not _wait_until(pid, deadline, stop_on_cancel=True):
+        state = "CANCELLED" if _cancel else "TIMEOUT"
+        _killpg(pid, signal.SIGTERM)
+        if not _wait_until(pid, time.time() + grace, stop_on_cancel=False):
+            _killpg(pid, signal.SIGKILL)
+            _wait_until(pid, None, stop_on_cancel=False)
+    # Leftover processes of the job's group die with it, while the zombie leader still holds the group id.
+    _killpg(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    end = time.time()
+    rc = proc.returncode
+    exit_code = rc if rc >= 0 else 128 - rc
+    if state is None:
+        state = "COMPLETED" if rc == 0 else "FAILED"  # it ended on its own, even if a cancel came late
+    return {"state": state, "exit_code": exit_code, "start_time": start, "end_time": end}
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    rdir = Path(argv[1])
+    spec = runs.read_json(rdir / runs.SPEC)
+    if spec is None:
+        return 2
+    lock = os.open(rdir / runs.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # held until exit: tells the daemon this supervisor is alive
+    if not runs.try_claim(rdir, {"by": "supervisor", "pid": os.getpid(), "start_time": time.time()}):
+        return 0  # a restarted daemon gave this attempt up before we started: never run it
+    try:
+        result = _run(spec)
+    except Exception as e:  # record something rather than leave the job unexplained
+        result = {"state": "FAILED", "exit_code": None, "start_time": None, "end_time": time.time()}
+        result["error"] = repr(e)
+    runs.write_atomic(rdir / runs.STATUS, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,253 @@
+"""What clients are shown: job rows for `queue` and `history`, and the story behind `why`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+from headway.local.core import JobState, LocalJob, Plan, QueueCore, RankEntry
+from headway.local.db import StateDB, parse_ids
+
+RECENT_SECONDS = 24 * 3600  # `queue --all` also lists jobs that ended this recently
+
+
+def iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return dt.datetime.fromtimestamp(float(t), dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def job_dict(r: sqlite3.Row | dict[str, Any], job: LocalJob | None = None) -> dict[str, Any]:
+    """The client-facing record of a job; the core's copy (if active) is fresher than the row."""
+    d = dict(r)
+    if job is not None:
+        d.update(
+            state=job.state.value,
+            gpu_ids=",".join(map(str, job.gpu_ids)),
+            start_time=job.start_time,
+            end_time=job.end_time,
+            exit_code=job.exit_code,
+            reason=job.reason,
+            p_success=job.p_success,
+            pred_runtime=job.pred_runtime,
+        )
+    state = JobState(d["state"])
+    return {
+        "id": int(d["id"]),
+        "name": d["name"],
+        "user": d["user"],
+        "state": state.value,
+        "st": state.short,
+        "exit_code": d["exit_code"],
+        "gpus": int(d["gpus"]),
+        "gpu_ids": list(parse_ids(d["gpu_ids"])),
+        "submit_time": iso(d["submit_time"]),
+        "start_time": iso(d["start_time"]),
+        "end_time": iso(d["end_time"]),
+        "time_limit": d["time_limit"],
+        "priority": d["priority"],
+        "after": d["after"],
+        "reason": d["reason"],
+        "p_success": d["p_success"],
+        "pred_runtime": d["pred_runtime"],
+        "command": json.loads(d["argv"]),
+        "cwd": d["cwd"],
+        # epoch seconds too, so clients can compute elapsed times without parsing
+        "submit_ts": d["submit_time"],
+        "start_ts": d["start_time"],
+        "end_ts": d["end_time"],
+    }
+
+
+class JobViews:
+    def __init__(self, db: StateDB, core: QueueCore) -> None:
+        self.db = db
+        self.core = core
+
+    def _ranks(self) -> dict[int, RankEntry]:
+        plan = self.core.last_plan
+        return {e.job_id: e for e in plan.ranking} if plan else {}
+
+    def queue(self, include_ended: bool = False, now: float | None = None) -> list[dict[str, Any]]:
+        """Running jobs first, then pending ones in the order they will start (their rank)."""
+        active = self.core.jobs
+        ranks = self._ranks()
+        rows = self.db.rows(f"id IN ({','.join(str(i) for i in active)})") if active else []
+        out = []
+        for r in rows:
+            d = job_dict(r, active.get(int(r["id"])))
+            e = ranks.get(d["id"])
+            d["rank"] = e.rank if e and d["state"] == "PENDING" else None
+            out.append(d)
+        running = sorted((d for d in out if d["state"] != "PENDING"), key=lambda d: d["id"])
+        pending = sorted(
+            (d for d in out if d["state"] == "PENDING"),
+            key=lambda d: (d["rank"] is None, d["rank"] or 0, d["id"]),
+        )
+        result = running + pending
+        if include_ended:
+            since = (now if now is not None else dt.datetime.now(dt.UTC).timestamp()) - RECENT_SECONDS
+            ended = self.db.rows(
+                "state NOT IN ('PENDING', 'LAUNCHING', 'RUNNING') AND end_time >= ?",
+                (since,),
+                order="end_time",
+            )
+            result += [{**job_dict(r), "rank": None} for r in ended]
+        return result
+
+    def history(self, limit: int = 100, user: str | None = None) -> list[dict[str, Any]]:
+        """Ended jobs, most recent first."""
+        where = "state NOT IN ('PENDING', 'LAUNCHING', 'RUNNING')"
+        params: tuple[Any, ...] = ()
+        if user:
+            where += " AND user = ?"
+            params = (user,)
+        rows = self.db.rows(where, params, order="end_time DESC, id DESC", limit=limit)
+        return [job_dict(r) for r in rows]
+
+    def why(self, job_id: int, now: float) -> dict[str, Any]:
+        row = self.db.row(job_id)
+        if row is None:
+            from headway.local.daemon import RequestError
+
+            raise RequestError(f"no job {job_id}")
+        job = self.core.jobs.get(job_id)
+        d = job_dict(row, job)
+        plan = self.core.last_plan
+        lines: list[str] = []
+        out: dict[str, Any] = {"job": d, "policy": plan.policy if plan else None}
+        state = JobState(d["state"])
+        if state is JobState.PENDING:
+            out.update(self._why_pending(job_id, job, plan, now, lines))
+        elif state in (JobState.LAUNCHING, JobState.RUNNING):
+            lines.append(f"running since {d['start_time'] or 'just now'} on GPUs {d['gpu_ids']}")
+            out.update(self._why_started(row, lines))
+        else:
+            lines.append(
+                f"ended {state.value} at {d['end_time']}" + (f": {d['reason']}" if d["reason"] else "")
+            )
+            out.update(self._why_started(row, lines))
+        if d["p_success"] is not None:
+            lines.append(
+                f"predicted: {100 * d['p_success']:.0f}% chance to complete, "
+                f"~{_dur(d['pred_runtime'])} if it does"
+            )
+        out["explanation"] = lines
+        return out
+
+    def _why_pending(
+        self, job_id: int, job: LocalJob | None, plan: Plan | None, now: float, lines: list[str]
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "rank": None,
+            "of": None,
+            "score": None,
+            "factors": {},
+            "estimated_start": None,
+        }
+        if job is not None and job.reason == "Dependency":
+            lines.append(f"waits for job {job.after} to complete (--after)")
+            out["waits_for"] = f"job {job.after}"
+            return out
+        entry = next((e for e in plan.ranking if e.job_id == job_id), None) if plan else None
+        if plan is None or entry is None:
+            lines.append("not ranked yet (the next scheduling pass will rank it)")
+            return out
+        n = len(plan.ranking)
+        out.update(
+            rank=entry.rank, of=n, score=entry.score, factors=dict(entry.factors), policy_reason=entry.reason
+        )
+        lines.append(f"rank {entry.rank} of {n} pending under the {plan.policy} policy")
+        lines.extend(factor_words(entry))
+        free = len(self.core.free_gpu_ids())
+        gpus = job.gpus if job else 0
+        if entry.rank > 1:
+            ahead = [e.job_id for e in plan.ranking if e.rank < entry.rank]
+            lines.append(f"waits for {len(ahead)} job(s) ranked ahead of it: {_list(ahead)}")
+            out["waits_for"] = f"{len(ahead)} job(s) ranked ahead"
+        else:
+            lines.append(f"next in line; waits for GPUs: needs {gpus}, {free} free now")
+            out["waits_for"] = f"{gpus} GPU(s); {free} free"
+        est = plan.estimated_start.get(job_id)
+        if plan.reservation and plan.reservation[0] == job_id:
+            est = plan.reservation[1]
+        if est is not None and est == est and est != float("inf"):
+            out["estimated_start"] = iso(max(est, now))
+            lines.append(f"estimated start: {iso(max(est, now))} (in ~{_dur(max(est - now, 0.0))})")
+        else:
+            lines.append("estimated start: unknown (running jobs have no predicted end)")
+        return out
+
+    def _why_started(self, row: sqlite3.Row, lines: list[str]) -> dict[str, Any]:
+        did = row["decision_id"]
+        if did is None:
+            return {}
+        dec = self.db.decision(int(did))
+        if dec is None:
+            return {}
+        ranking = json.loads(dec["ranking"])
+        me = next((e for e in ranking if e["job_id"] == row["id"]), None)
+        if me is None:
+            return {"decision_id": did}
+        lines.append(f"started by decision {did} ({dec['policy']}) at rank {me['rank']} of {len(ranking)}")
+        entry = RankEntry(me["job_id"], me["rank"], me["score"], me["factors"], me["reason"])
+        lines.extend(factor_words(entry))
+        return {
+            "decision_id": did,
+            "rank": me["rank"],
+            "of": len(ranking),
+            "score": me["score"],
+            "factors": me["factors"],
+        }
+
+
+_WORDS: dict[str, tuple[str, Callable[[float], str]]] = {
+    "p": ("chance to complete (p)", lambda v: f"{100 * v:.0f}%"),
+    "R_h": ("predicted runtime if it completes (R)", lambda v: _dur(v * 3600)),
+    "F_h": ("predicted time to failure if it fails (F)", lambda v: _dur(v * 3600)),
+    "c_gpu_h": ("expected GPU-hours it will take (c)", lambda v: f"{v:.3g}"),
+    "w": ("priority-class weight (w)", lambda v: f"{v:g}"),
+    "fairshare": ("fair-share factor of its user", lambda v: f"{v:.2f} (1 = no recent usage)"),
+    "waited_h": ("waiting for", lambda v: _dur(v * 3600)),
+    "age": ("age factor", lambda v: f"{v:.2f}"),
+    "size": ("size factor", lambda v: f"{v:.2f}"),
+    "pred_gpu_h": ("predicted GPU-hours", lambda v: f"{v:.3g}"),
+    "pred_runtime_h": ("predicted runtime", lambda v: _dur(v * 3600)),
+}
+
+
+def factor_words(entry: RankEntry) -> list[str]:
+    """The policy's tier and score, then each factor as a phrase (unknown ones as name = value)."""
+    lines = []
+    if entry.reason:
+        lines.append(f"tier and score: {entry.reason.split(' (')[0]}")
+    for k, v in entry.factors.items():
+        if v != v:  # NaN: not used by this policy
+            continue
+        if k in _WORDS:
+            label, fmt = _WORDS[k]
+            lines.append(f"  {label}: {fmt(float(v))}")
+        else:
+            lines.append(f"  {k} = {float(v):.4g}")
+    return lines
+
+
+def _dur(s: float | None) -> str:
+    if s is None or s != s:
+        return "?"
+    s = float(s)
+    if s < 90:
+        return f"{s:.0f}s"
+    if s < 5400:
+        return f"{s / 60:.0f}m"
+    if s < 2 * 86400:
+        return f"{s / 3600:.1f}h"
+    return f"{s / 86400:.1f}d"
+
+
+def _list(ids: list[int], n: int = 8) -> str:
+    shown = ", ".join(str(i) for i in ids[:n])
+    return shown + (f" and {len(ids) - n} more" if len(ids) > n else "")

@@ -1,0 +1,38 @@
+"""The scheduling core: pure functions over a frozen snapshot (no I/O, no clock).
+
+`get_policy(name).rank(snapshot)` orders every pending job with its factors and a reason;
+`.decide(snapshot)` returns a Decision (jobs to start with their GPUs, jobs to preempt, the reservation).
+"""
+
+from headway.policy.placement import PLACEMENTS, gang_size, max_nodes_for, place
+from headway.policy.policies import POLICIES, Policy, get_policy
+from headway.policy.snapshot import (
+    Allocation,
+    ClusterView,
+    Decision,
+    PendingJobs,
+    Ranking,
+    Reservation,
+    RunningJobs,
+    Snapshot,
+    Start,
+)
+
+__all__ = [
+    "PLACEMENTS",
+    "POLICIES",
+    "Allocation",
+    "ClusterView",
+    "Decision",
+    "PendingJobs",
+    "Policy",
+    "Ranking",
+    "Reservation",
+    "RunningJobs",
+    "Snapshot",
+    "Start",
+    "gang_size",
+    "get_policy",
+    "max_nodes_for",
+    "place",
+]

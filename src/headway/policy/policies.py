@@ -1,0 +1,520 @@
+"""The scheduling policies: each ranks a snapshot; one shared loop turns a ranking into a Decision.
+
+Every policy is a frozen dataclass of its knobs. `rank` orders pending jobs by (tier, score): a lower
+tier always goes first (e.g. starved before normal before held), a higher score first within a tier,
+then earlier submit, then key. `decide` walks that order, places gangs on a scratch copy of the free
+GPUs, and, for policies with a reservation, plans it and backfills around it (docs/policies.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import ClassVar
+
+import numpy as np
+
+from headway.policy.placement import PLACEMENTS, gang_size, place, placeable, take
+from headway.policy.snapshot import (
+    F64,
+    FULL_SHARE,
+    I64,
+    Allocation,
+    Decision,
+    Ranking,
+    Reservation,
+    Snapshot,
+    Start,
+)
+
+HOUR = 3600.0
+DAY = 86400.0
+CLASS_WEIGHT: dict[str, float] = {"low": 0.5, "normal": 1.0, "high": 2.0, "urgent": 4.0}
+CLASS_MAX_WAIT: dict[str, float] = {"low": 3 * DAY, "normal": 1 * DAY, "high": 6 * HOUR, "urgent": 1 * HOUR}
+
+
+def fairshare(snap: Snapshot) -> F64:
+    """Slurm's classic factor 2^(-usage/share) per user, usage normalised over all users' decayed usage."""
+    total = float(snap.usage.sum())
+    if total <= 0:
+        return np.ones(len(snap.usage))
+    shares = np.maximum(snap.shares, 1e-12)
+    return np.asarray(np.exp2(-(snap.usage / total) / shares), dtype=np.float64)
+
+
+def slip_end(start: F64, first: F64, p90: F64, limit: F64, now: float) -> F64:
+    """Expected end of running jobs: the estimate, then p90 once passed, then half the elapsed time more.
+
+    A job past its estimate re-plans the reservation at every pass with this updated end (slip handling).
+    A time limit caps the estimate (the job would be killed there) while it is still ahead.
+    """
+    e1 = start + first
+    e2 = start + np.fmax(p90, first)
+    e3 = now + np.maximum(60.0, 0.5 * (now - start))
+    est = np.where(e1 > now, e1, np.where(e2 > now, e2, e3))
+    cap = start + limit
+    capped = np.isfinite(cap) & (cap > now)
+    return np.where(capped, np.minimum(est, cap), est)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Base: a name, a placement, and the shared decide loop."""
+
+    name: ClassVar[str] = "base"
+    oracle: ClassVar[bool] = False
+    mode: ClassVar[str] = "greedy"  # greedy: skip what does not fit; easy: reservation + backfill
+    tier_names: ClassVar[tuple[str, ...]] = ("queued",)
+    placement: str = "first-fit"
+    backfill_depth: int = 500  # jobs tested behind the reservation (Slurm's bf_max_job_test default)
+    restart_penalty_s: float = 0.0  # added to a preempted job's remaining runtime at each restart
+
+    def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"unknown placement {self.placement!r}; choose one of {', '.join(PLACEMENTS)}")
+
+    # --- what subclasses define -------------------------------------------------------------------
+    def scores(self, snap: Snapshot) -> tuple[I64, F64, dict[str, F64]]:
+        """(tier, score, factors) per pending position."""
+        raise NotImplementedError
+
+    def pending_estimate(self, snap: Snapshot) -> F64:
+        """Runtime a backfill candidate is expected to take (seconds)."""
+        return np.full(len(snap.pending), np.inf)
+
+    def running_end(self, snap: Snapshot) -> F64:
+        """Expected end of each running job (reservation planning)."""
+        r = snap.running
+        return slip_end(r.start, r.runtime, r.runtime_p90, r.time_limit, snap.now)
+
+    def strict_head(self, ranking: Ranking, pos: int) -> bool:
+        """True when nothing may pass this head job on GPUs it could use (starvation bound)."""
+        return False
+
+    def wake_at(self, snap: Snapshot) -> float | None:
+        return None
+
+    def preemptions(
+        self, snap: Snapshot, ranking: Ranking, free: I64, share: I64, started: set[int]
+    ) -> tuple[list[int], list[Start]]:
+        return [], []
+
+    # --- the shared core --------------------------------------------------------------------------
+    def rank(self, snap: Snapshot) -> Ranking:
+        tier, score, factors = self.scores(snap)
+        p = snap.pending
+        order = np.lexsort((p.key, p.submit, -score, tier)) if len(p) else np.empty(0, dtype=np.int64)
+        return Ranking(self.name, order.astype(np.int64), score, tier, factors, self.tier_names, p.job_id)
+
+    def decide(self, snap: Snapshot) -> Decision:
+        ranking = self.rank(snap)
+        did = f"{self.name}-{snap.seq}"
+        p, view = snap.pending, snap.cluster
+        if len(p) == 0:
+            return Decision(did, snap.now, ranking=ranking, wake_at=self.wake_at(snap))
+        free, share = view.free.copy(), view.share.copy()
+        gpus, max_nodes = p.gpus, p.max_nodes
+        whole = np.where(gpus >= 1.0, np.ceil(gpus - 1e-9), 0).astype(np.int64)
+        starts: list[Start] = []
+        taken: list[tuple[list[tuple[int, int]], int]] = []  # (gpus used, pending pos) in this pass
+        reservation: Reservation | None = None
+        order = ranking.order
+        i, n = 0, len(order)
+        # Phase 1: in rank order, start what fits until the first job that does not (or all, greedy).
+        while i < n:
+            pos = int(order[i])
+            i += 1
+            alloc = self._try(free, share, view.rack, view.n_racks, gpus[pos], int(max_nodes[pos]), whole[pos])
+            if alloc is not None:
+                taken.append((take(free, share, alloc), pos))
+                starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc))
+                continue
+            if self.mode == "greedy":
+                continue
+            strict = self.strict_head(ranking, pos)
+            reservation, shadow, spare = self._reserve(snap, pos, whole[pos], free, share, taken)
+            if strict:
+                # Only GPUs this job can never use may go to others while it waits.
+                spare = np.where(view.node_gpus >= max(int(whole[pos]), 1), 0, free)
+                if int(max_nodes[pos]) > 1:
+                    spare = np.zeros_like(free)
+                shadow = -math.inf
+            elif not math.isfinite(reservation.start):
+                spare = np.zeros_like(free)
+            break
+        # Phase 2: backfill behind the reservation (EASY): a job that ends before the reservation's start
+        # may use any free GPU; one that would run past it only the GPUs the reservation will not need.
+        if reservation is not None and self.mode == "easy":
+            est = self.pending_estimate(snap)
+            tested = 0
+            cand = order[i:]
+            # Necessary condition (free only shrinks in a pass): filter in one vectorised step.
+            fmax = int(free.max(initial=0))
+            ok = np.where(max_nodes[cand] > 1, whole[cand] <= int(free.sum()), whole[cand] <= fmax)
+            for pos in cand[ok].tolist():
+                if tested >= self.backfill_depth:
+                    break
+                tested += 1
+                ends_before = snap.now + est[pos] <= shadow
+                pool = free if ends_before else spare
+                if whole[pos] > 0 and int(pool.max(initial=0)) == 0:
+                    continue
+                alloc = self._try(pool, share, view.rack, view.n_racks, gpus[pos], int(max_nodes[pos]), whole[pos])
+                if alloc is None:
+                    continue
+                whole_taken = alloc.counts if alloc.frac_gpu < 0 else (
+                    (1,) if share[alloc.nodes[0], alloc.frac_gpu] == FULL_SHARE else (0,)
+                )
+                if not ends_before and any(
+                    c > spare[nd] for nd, c in zip(alloc.nodes, whole_taken, strict=True)
+                ):
+                    continue
+                used = take(free, share, alloc)
+                for nd, c in zip(alloc.nodes, whole_taken, strict=True):
+                    spare[nd] = min(int(spare[nd]) - (0 if ends_before else c), int(free[nd]))
+                taken.append((used, pos))
+                starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc, backfill=True))
+        started = {s.key for s in starts}
+        preempt, more = self.preemptions(snap, ranking, free, share, started)
+        starts.extend(more)
+        return Decision(
+            did, snap.now, tuple(starts), tuple(preempt), reservation, self.wake_at(snap), ranking
+        )
+
+    def _try(
+        self, free: I64, share: I64, rack: I64, n_racks: int, gpus: float, max_nodes: int, whole: int
+    ) -> Allocation | None:
+        if whole > 0 and (whole > (free.sum() if max_nodes > 1 else free.max(initial=0))):
+            return None
+        return place(self.placement, free, share, rack, n_racks, gpus, max_nodes)
+
+    def _reserve(
+        self,
+        snap: Snapshot,
+        pos: int,
+        whole: int,
+        free: I64,
+        share: I64,
+        taken: list[tuple[list[tuple[int, int]], int]],
+    ) -> tuple[Reservation, float, I64]:
+        """The earliest time the head's gang fits given running jobs' expected ends, and the spare GPUs."""
+        p, view = snap.pending, snap.cluster
+        g = max(int(whole), 1)  # a fractional head is planned as one whole GPU (conservative)
+        m = int(p.max_nodes[pos])
+        est_run = self.running_end(snap)
+        ext = np.append(est_run, [math.inf, math.inf])  # owner -2 (shared / absent) -> never; -1 handled
+        rel = ext[view.owner]
+        rel[share == FULL_SHARE] = snap.now
+        rel[view.share < 0] = math.inf
+        if taken:
+            est_p = self.pending_estimate(snap)
+            for used, tpos in taken:
+                for nd, gi in used:
+                    if share[nd, gi] < FULL_SHARE:
+                        rel[nd, gi] = snap.now + est_p[tpos] if math.isfinite(est_p[tpos]) else math.inf
+        rel_sorted = np.sort(rel, axis=1)
+        key, jid = int(p.key[pos]), str(p.job_id[pos])
+        if m == 1:
+            if g > rel_sorted.shape[1]:
+                return Reservation(key, jid, math.inf, ()), math.inf, np.zeros_like(free)
+            t_node = rel_sorted[:, g - 1]
+            node = int(np.argmin(t_node))
+            t = float(t_node[node])
+            if not math.isfinite(t):
+                return Reservation(key, jid, math.inf, ()), math.inf, np.zeros_like(free)
+            need = np.zeros_like(free)
+            need[node] = g
+            at_t = (rel <= t).sum(axis=1)
+            spare = np.clip(np.minimum(free, at_t - need), 0, None)
+            return Reservation(key, jid, t, (node,)), t, spare
+        times = np.unique(rel_sorted[np.isfinite(rel_sorted)])
+        lo, hi = 0, len(times) - 1
+        if hi < 0 or not placeable((rel <= times[hi]).sum(axis=1), share, g, m):
+            return Reservation(key, jid, math.inf, ()), math.inf, np.zeros_like(free)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if placeable((rel <= times[mid]).sum(axis=1), share, g, m):
+                hi = mid
+            else:
+                lo = mid + 1
+        t = float(times[lo])
+        at_t = (rel <= t).sum(axis=1)
+        alloc = place(self.placement, at_t.copy(), share, view.rack, view.n_racks, float(g), m)
+        need = np.zeros_like(free)
+        if alloc is not None:
+            for nd, c in zip(alloc.nodes, alloc.counts, strict=True):
+                need[nd] = c
+        spare = np.clip(np.minimum(free, at_t - need), 0, None)
+        return Reservation(key, jid, t, alloc.nodes if alloc else ()), t, spare
+
+
+@lru_cache(maxsize=64)
+def _class_values(classes: tuple[str, ...], table: tuple[tuple[str, float], ...], default: float) -> F64:
+    d = dict(table)
+    out = np.array([d.get(c, default) for c in classes] or [default], dtype=np.float64)
+    out.setflags(write=False)
+    return out
+
+
+def _class_table(snap: Snapshot, table: dict[str, float], default: float) -> F64:
+    vals = _class_values(tuple(snap.classes), tuple(sorted(table.items())), default)
+    return vals[snap.pending.klass]
+
+
+def fairshare_of(snap: Snapshot, users: I64) -> F64:
+    """`fairshare(snap)[users]`, computed only for the users asked about."""
+    total = float(snap.usage.sum())
+    if total <= 0:
+        return np.ones(len(users))
+    return np.asarray(np.exp2(-(snap.usage[users] / total) / np.maximum(snap.shares[users], 1e-12)))
+
+
+@dataclass(frozen=True)
+class Fifo(Policy):
+    """First come, first served; a job that does not fit is skipped, not waited for (as Helios's FIFO)."""
+
+    name: ClassVar[str] = "fifo"
+
+    def scores(self, snap: Snapshot) -> tuple[I64, F64, dict[str, F64]]:
+        p = snap.pending
+        return np.zeros(len(p), np.int64), -p.submit, {"waited_h": (snap.now - p.submit) / HOUR}
+
+
+@dataclass(frozen=True)
+class SjfOracle(Policy):
+    """Shortest job first on the TRUE runtime: an upper bound no real scheduler can reach."""
+
+    name: ClassVar[str] = "sjf-oracle"
+    oracle: ClassVar[bool] = True
+
+    def scores(self, snap: Snapshot) -> tuple[I64, F64, dict[str, F64]]:
+        p = snap.pending
+        if p.oracle_runtime is None:
+            raise ValueError("sjf-oracle needs the true runtimes in the snapshot")
+        return np.zeros(len(p), np.int64), -p.oracle_runtime, {"true_runtime_h": p.oracle_runtime / HOUR}
+
+
+def expected_runtime(p_success: F64, runtime: F64, ttf: F64, limit: F64) -> F64:
+    r = np.where(np.isfinite(limit), np.fmin(runtime, limit), runtime)
+    f = np.where(np.isfinite(limit), np.fmin(ttf, limit), ttf)
+    return np.asarray(p_success * r + (1.0 - p_success) * f, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Qssf(Policy):
+    """Helios's quasi-shortest-service-first: smallest predicted runtime x GPUs first."""
+
+    name: ClassVar[str] = "qssf"
+
+    def scores(self, snap: Snapshot) -> tuple[I64, F64, dict[str, F64]]:
+        p = snap.pending
+        dur = expected_runtime(p.p_success, p.runtime, p.time_to_failure, p.time_limit)
+        service = dur * p.gpus / HOUR
+        return np.zeros(len(p), np.int64), -service, {"pred_gpu_h": service, "pred_runtime_h": dur / HOUR}
+
+
+@dataclass(frozen=True)
+class Las(Policy):
+    """Tiresias's discretised 2D-LAS: queues by attained GPU-service, FIFO inside a queue, preemptive.
+
+    A pending job may preempt running jobs of a strictly lower queue when it cannot be placed otherwise;
+    a preempted job keeps its progress (checkpoint) and pays `restart_penalty_s` when it restarts.
+    A job waiting longer than `promote_knob` x its executed time goes back to the top queue (Tiresias).
+    """
+
+    name: ClassVar[str] = "las"
+    thresholds: tuple[float, ...] = (1 * HOUR, 10 * HOUR)  # GPU-seconds between queues
+    promote_knob: float = 8.0
+    restart_penalty_s: float = 30.0
+    max_preemptors: int = 8  # pending jobs per pass that may try to preempt
+
+    @property
+    def tier_names(self) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(f"queue {i}" for i in range(len(self.thresholds) + 1))
+
+    def _queue(self, attained: F64) -> I64:
+        return np.searchsorted(np.asarray(self.thresholds), attained, side="right").astype(np.int64)
+
+    def scores(self, snap: Snapshot) -> tuple[I64, F64, dict[str, F64]]:
+        p = snap.pending
+        q = self._queue(p.attained)
+        executed = p.attained / np.maximum(p.gpus, 1e-9)
+        promote = (executed > 0) & ((snap.now - p.last_stop) >= self.promote_knob * executed)
+        q = np.where(promote, 0, q)
+        return q, -p.last_stop, {"attained_gpu_h": p.attained / HOUR, "queue": q.astype(np.float64)}
+
+    def _running_queue(self, snap: Snapshot) -> I64:
+        r = snap.running
+        return self._queue(r.attained + r.gpus * (snap.now - r.start))
+
+    def preemptions(
+        self, snap: Snapshot, ranking: Ranking, free: I64, share: I64, started: set[int]
+    ) -> tuple[list[int], list[Start]]:
+        r, p, view = snap.running, snap.pending, snap.cluster
+        if len(r) == 0 or len(p) == 0:
+            return [], []
+        rq = self._running_queue(snap)
+        victims_order = np.lexsort((-r.start, -rq))  # lowest queue first, then the latest started
+        gone: set[int] = set()
+        out_keys: list[int] = []
+        starts: list[Start] = []
+        tried = 0
+        for pos in ranking.order.tolist():
+            if tried >= self.max_preemptors:
+                break
+            if int(p.key[pos]) in started:
+                continue
+            tried += 1
+            q = int(self._queue(p.attained[pos : pos + 1])[0])  # promotion orders, never preempts
+            cands = [int(v) for v in victims_order if rq[v] > q and v not in gone and r.preemptible[v]]
+            if not cands:
+                break  # later jobs rank no higher: nobody below them to preempt either
+            f2, s2 = free.copy(), share.copy()
+            chosen: list[int] = []
+            alloc = None
+            for v in cands:
+                mask = view.owner == v
+                if not mask.any():
+                    continue
+                s2[mask] = FULL_SHARE
+                f2 += mask.sum(axis=1)
+                chosen.append(v)
+                alloc = self._try(f2, s2, view.rack, view.n_racks, p.gpus[pos], int(p.max_nodes[pos]),
+                                  gang_size(float(p.gpus[pos]))[0])
+                if alloc is not None:
+                    break
+            if alloc is None:
+                continue
+            free[:], share[:] = f2, s2
+            take(free, share, alloc)
+            gone.update(chosen)
+            out_keys.extend(int(r.key[v]) for v in chosen)
+            starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc))
+        return out_keys, starts
+
+    def wake_at(self, snap: Snapshot) -> float | None:
+        r = snap.running
+        if len(snap.pending) == 0 or len(r) == 0:
+            return None
+        att = r.attained + r.gpus * (snap.now - r.start)
+        thr = np.asarray((*self.thresholds, math.inf))
+        nxt = thr[self._queue(att)]
+        dt = (nxt - att) / np.maximum(r.gpus, 1e-9)
+        t = float(np.min(snap.now + dt))
+        return t if math.isfinite(t) and t > snap.now else None
+
+
+@dataclass(frozen=True)
+class Multifactor(Policy):
+    """Slurm's priority/multifactor with EASY backfill on time limits.
+
+    priority = W_age * min(age / max_age, 1) + W_fs * fairshare + W_size * gpus / capacity
+    Weights are those of the configuration example in Slurm's multifactor documentation (age 1000,
+    fair share 10000, job size 1000; PriorityFavorSmall=NO) with PriorityMaxAge 7 days and a 7-day
+    usage half-life (slurm.conf defaults). Backfill uses the job's time limit, or `partition_max_s`
+    where it has none (default 7 days: Slurm's MaxTime is unlimited, a backfill needs a bound).
+    """
+
+    name: ClassVar[str] = "multifactor"
+    mode: ClassVar[str] = "easy"
+    w_age: float = 1000.0
+    w_fairshare: float = 10000.0
+    w_size: float = 1000.0
+    max_age_s: float = 7 * DAY
+    partition_max_s: float = 7 * DAY
+
+    def scores(self, snap: Snapshot) -> tuple[I64, F64, dict[str, F64]]:
+        p = snap.pending
+        age = np.minimum((snap.now - p.submit) / self.max_age_s, 1.0)
+        fs = fairshare_of(snap, p.user)
+        size = p.gpus / max(snap.cluster.capacity, 1.0)
+        prio = self.w_age * age + self.w_fairshare * fs + self.w_size * size
+        return np.zeros(len(p), np.int64), prio, {"age": age, "fairshare": fs, "size": size}
+
+    def _limit(self, limit: F64) -> F64:
+        return np.where(np.isfinite(limit), limit, self.partition_max_s)
+
+    def pending_estimate(self, snap: Snapshot) -> F64:
+        return self._limit(snap.pending.time_limit)
+
+    def running_end(self, snap: Snapshot) -> F64:
+        r = snap.running
+        lim = self._limit(r.time_limit)
+        return slip_end(r.start, lim, lim, np.full(len(r), np.inf), snap.now)
+
+
+@dataclass(frozen=True)
+class Impact(Policy):
+    """DESIGN.md's impact ordering: w * p / c x fair share, with a starvation bound and a failure hold.
+
+    c = gpus * (p * R + (1 - p) * F) in GPU-hours. Tiers: 0 starved (waited past the class max_wait:
+    earliest deadline first, and nothing may take GPUs it could use), 1 normal, 2 held (its user+name
+    failed `hold_after` times in a row with no success since). Backfill is EASY on predicted runtimes;
+    running jobs past their predicted end re-plan the reservation (see `slip_end`).
+    """
+
+    name: ClassVar[str] = "impact"
+    mode: ClassVar[str] = "easy"
+    tier_names: ClassVar[tuple[str, ...]] = ("starved (past max_wait)", "normal", "held (repeat failures)")
+    placement: str = "topology"
+    class_weight: dict[str, float] = field(default_factory=lambda: dict(CLASS_WEIGHT))
+    max_wait_s: dict[str, float] = field(default_factory=lambda: dict(CLASS_MAX_WAIT))
+    hold_after: int = 3
+
+    def _max_wait(self, snap: Snapshot) -> F64:
+        return _class_table(snap, self.max_wait_s, self.max_wait_s.get("normal", DAY))
+
+    def scores(self, snap: Snapshot) -> tuple[I64, F64, dict[str, F64]]:
+        p = snap.pending
+        w = _class_table(snap, self.class_weight, 1.0)
+        r = np.where(np.isfinite(p.time_limit), np.fmin(p.runtime, p.time_limit), p.runtime)
+        f = np.where(np.isfinite(p.time_limit), np.fmin(p.time_to_failure, p.time_limit), p.time_to_failure)
+        c = np.maximum(p.gpus, 1e-3) * (p.p_success * r + (1 - p.p_success) * f) / HOUR
+        fs = fairshare_of(snap, p.user)
+        score = w * p.p_success / np.maximum(c, 1e-6) * fs
+        deadline = p.submit + self._max_wait(snap)
+        starved = deadline <= snap.now
+        held = p.fail_streak >= self.hold_after
+        tier = np.where(starved, 0, np.where(held, 2, 1)).astype(np.int64)
+        score = np.where(starved, -deadline, score)
+        factors = {
+            "p": p.p_success,
+            "R_h": r / HOUR,
+            "F_h": f / HOUR,
+            "c_gpu_h": c,
+            "w": w,
+            "fairshare": fs,
+            "waited_h": (snap.now - p.submit) / HOUR,
+        }
+        return tier, score, factors
+
+    def pending_estimate(self, snap: Snapshot) -> F64:
+        p = snap.pending
+        return np.where(np.isfinite(p.time_limit), np.fmin(p.runtime, p.time_limit), p.runtime)
+
+    def strict_head(self, ranking: Ranking, pos: int) -> bool:
+        return int(ranking.tier[pos]) == 0
+
+    def wake_at(self, snap: Snapshot) -> float | None:
+        p = snap.pending
+        if len(p) == 0:
+            return None
+        deadline = p.submit + self._max_wait(snap)
+        future = deadline[deadline > snap.now]
+        return float(future.min()) if len(future) else None
+
+
+POLICIES: dict[str, type[Policy]] = {
+    c.name: c for c in (Fifo, SjfOracle, Qssf, Las, Multifactor, Impact)
+}
+
+
+def get_policy(name: str, placement: str | None = None, **knobs: object) -> Policy:
+    """A policy by name; `placement` None keeps the policy's default (topology for impact)."""
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+    cls = POLICIES[name]
+    if placement is not None:
+        knobs["placement"] = placement
+    return cls(**knobs)  # type: ignore[arg-type]

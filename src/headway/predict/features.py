@@ -1,0 +1,677 @@
+"""Causal features: a job submitted at t sees only jobs that ended strictly before t.
+
+One rolling state (`RollingState`) serves both uses: the batch sweep over a job table (submit and end
+events merged in one time-sorted pass, O(N log N) for the sort and O(1)-ish per event after it) and the
+online path (`observe_end` at each job's end, a feature row for each new submission). Because both go
+through the same object, the features a model is trained on are exactly the ones it is served.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, insort
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from headway.schema import ENDED_STATES, State
+
+NAN = math.nan
+PRIOR_STRENGTH = 4.0  # pseudo-jobs of the Beta prior: how much history outweighs the global rate
+USER_WINDOW = 25  # runtimes kept per user for the running median / p90
+NAME_WINDOW = 15  # per user+name
+GROUP_WINDOW = 25
+GLOBAL_WINDOW = 51
+SUBMIT_WINDOW_S = 3600.0
+ENDED = frozenset(s.value for s in ENDED_STATES)
+SUCCESS = State.COMPLETED.value
+
+# History features, in the order `RollingState.row` returns them.
+HISTORY_FEATURES: tuple[str, ...] = (
+    "user_jobs_ended",
+    "user_success_rate",
+    "user_last1",
+    "user_last3",
+    "user_last10",
+    "user_fail_streak",
+    "user_hours_since_failure",
+    "user_hours_since_success",
+    "user_submits_last_hour",
+    "user_log_runtime_median",
+    "user_log_runtime_p90",
+    "user_log_ttf_median",
+    "user_log_runtime_last",
+    "name_jobs_ended",
+    "name_success_rate",
+    "name_fail_streak",
+    "name_log_runtime_median",
+    "name_log_runtime_p90",
+    "name_log_ttf_median",
+    "group_jobs_ended",
+    "group_success_rate",
+    "group_log_runtime_median",
+    "shape_jobs_ended",
+    "shape_success_rate",
+    "shape_log_runtime_median",
+    "shape_log_ttf_median",
+    "global_success_rate",
+    "global_last100",
+    "global_log_runtime_median",
+    "global_log_ttf_median",
+)
+# Request features, computed straight from the job (vectorised in the batch path).
+REQUEST_FEATURES: tuple[str, ...] = ("gpus", "nodes", "log_time_limit", "hour", "weekday")
+CATEGORICAL_FEATURES: tuple[str, ...] = ("partition", "priority_class", "group")
+NUMERIC_FEATURES: tuple[str, ...] = HISTORY_FEATURES + REQUEST_FEATURES
+H = {name: i for i, name in enumerate(HISTORY_FEATURES)}
+
+
+def log_seconds(seconds: float) -> float:
+    """Runtimes live in log space (a 1 s floor keeps zero-length jobs finite)."""
+    return math.log(max(seconds, 1.0))
+
+
+class Window:
+    """The last K values in arrival order plus the same values sorted: O(K) update, O(1) quantiles."""
+
+    __slots__ = ("order", "sorted")
+
+    def __init__(self) -> None:
+        self.order: deque[float] = deque()
+        self.sorted: list[float] = []
+
+    def add(self, value: float, k: int) -> None:
+        if len(self.order) >= k:
+            old = self.order.popleft()
+            del self.sorted[bisect_left(self.sorted, old)]
+        self.order.append(value)
+        insort(self.sorted, value)
+
+    def quantile(self, q: float) -> float:
+        s = self.sorted
+        if not s:
+            return NAN
+        return s[int(q * (len(s) - 1) + 0.5)]
+
+
+class KeyStats:
+    """Rolling history of one key (a user, a user+name, a group)."""
+
+    __slots__ = ("fail_streak", "last_fail", "last_success", "n", "recent", "runtime", "submits", "succ", "ttf")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.succ = 0
+        self.fail_streak = 0
+        self.last_fail = NAN
+        self.last_success = NAN
+        self.recent: deque[int] = deque(maxlen=100)
+        self.runtime = Window()
+        self.ttf = Window()
+        self.submits: deque[float] = deque()
+
+    def end(self, success: bool, end_time: float, log_rt: float, started: bool, k: int) -> None:
+        self.n += 1
+        self.recent.append(1 if success else 0)
+        if success:
+            self.succ += 1
+            self.fail_streak = 0
+            self.last_success = end_time
+            self.runtime.add(log_rt, k)
+        else:
+            self.fail_streak += 1
+            self.last_fail = end_time
+            if started:
+                self.ttf.add(log_rt, k)
+
+
+def _last(recent: deque[int], k: int) -> float:
+    n = len(recent)
+    if n == 0:
+        return NAN
+    m = min(k, n)
+    return sum(recent[i] for i in range(n - m, n)) / m
+
+
+class RollingState:
+    """Everything the features know: updated by job ends, read at job submissions."""
+
+    def __init__(self) -> None:
+        self.users: dict[str, KeyStats] = {}
+        self.names: dict[tuple[str | None, str], KeyStats] = {}
+        self.groups: dict[str, KeyStats] = {}
+        self.shapes: dict[tuple[str | None, float], KeyStats] = {}  # user + GPU count: repeats without names
+        self.glob = KeyStats()
+        self.ended = 0
+
+    # -- updates -------------------------------------------------------------------------------------
+    def observe_end(
+        self,
+        user: str | None,
+        group: str | None,
+        name: str | None,
+        gpus: float,
+        start_time: float | None,
+        end_time: float,
+        state: str,
+    ) -> None:
+        """One job ended at `end_time`: fold it into its user, user+name, group and the global stats."""
+        success = state == SUCCESS
+        started = start_time is not None and not math.isnan(start_time)
+        log_rt = log_seconds(end_time - start_time) if started else 0.0  # type: ignore[operator]
+        self.ended += 1
+        self.glob.end(success, end_time, log_rt, started, GLOBAL_WINDOW)
+        if user is not None:
+            us = self.users.get(user)
+            if us is None:
+                us = self.users[user] = KeyStats()
+            us.end(success, end_time, log_rt, started, USER_WINDOW)
+        if name is not None:
+            key = (user, name)
+            ns = self.names.get(key)
+            if ns is None:
+                ns = self.names[key] = KeyStats()
+            ns.end(success, end_time, log_rt, started, NAME_WINDOW)
+        if group is not None:
+            gs = self.groups.get(group)
+            if gs is None:
+                gs = self.groups[group] = KeyStats()
+            gs.end(success, end_time, log_rt, started, GROUP_WINDOW)
+        skey = (user, gpus)
+        ss = self.shapes.get(skey)
+        if ss is None:
+            ss = self.shapes[skey] = KeyStats()
+        ss.end(success, end_time, log_rt, started, NAME_WINDOW)
+
+    # -- reads ---------------------------------------------------------------------------------------
+    def row(
+        self, user: str | None, group: str | None, name: str | None, gpus: float, t: float
+    ) -> tuple[float, ...]:
+        """History features of a job submitted at `t` (and count it as a submission of its user)."""
+        g = self.glob
+        prior = (g.succ + 1.0) / (g.n + 2.0)
+        a = PRIOR_STRENGTH
+        a_prior = a * prior
+        us = self.users.get(user) if user is not None else None
+        if us is not None:
+            subs = us.submits
+            while subs and subs[0] <= t - SUBMIT_WINDOW_S:
+                subs.popleft()
+            n_subs = float(len(subs))
+            subs.append(t)
+            rec = us.recent
+            u = (
+                float(us.n),
+                (us.succ + a_prior) / (us.n + a),
+                _last(rec, 1),
+                _last(rec, 3),
+                _last(rec, 10),
+                float(us.fail_streak),
+                (t - us.last_fail) / 3600.0,
+                (t - us.last_success) / 3600.0,
+                n_subs,
+                us.runtime.quantile(0.5),
+                us.runtime.quantile(0.9),
+                us.ttf.quantile(0.5),
+                us.runtime.order[-1] if us.runtime.order else NAN,
+            )
+        elif user is not None:
+            us = self.users[user] = KeyStats()
+            us.submits.append(t)
+            u = (0.0, prior, NAN, NAN, NAN, 0.0, NAN, NAN, 0.0, NAN, NAN, NAN, NAN)
+        else:
+            u = (NAN, prior, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN)
+        ns = self.names.get((user, name)) if name is not None else None
+        if ns is not None:
+            nm = (
+                float(ns.n),
+                (ns.succ + a_prior) / (ns.n + a),
+                float(ns.fail_streak),
+                ns.runtime.quantile(0.5),
+                ns.runtime.quantile(0.9),
+                ns.ttf.quantile(0.5),
+            )
+        else:
+            nm = (0.0, prior, 0.0, NAN, NAN, NAN) if name is not None else (NAN, prior, NAN, NAN, NAN, NAN)
+        gs = self.groups.get(group) if group is not None else None
+        if gs is not None:
+            gr = (float(gs.n), (gs.succ + a_prior) / (gs.n + a), gs.runtime.quantile(0.5))
+        else:
+            gr = (0.0 if group is not None else NAN, prior, NAN)
+        ss = self.shapes.get((user, gpus))
+        if ss is not None:
+            sh = (float(ss.n), (ss.succ + a_prior) / (ss.n + a), ss.runtime.quantile(0.5), ss.ttf.quantile(0.5))
+        else:
+            sh = (0.0, prior, NAN, NAN)
+        glob = (prior, _last(g.recent, 100), g.runtime.quantile(0.5), g.ttf.quantile(0.5))
+        return (*u, *nm, *gr, *sh, *glob)
+
+    def peek_row(
+        self, user: str | None, group: str | None, name: str | None, gpus: float, t: float
+    ) -> tuple[float, ...]:
+        """Like `row` but leaves the state untouched (for `show` and what-if questions)."""
+        us = self.users.get(user) if user is not None else None
+        saved = deque(us.submits) if us is not None else None
+        r = self.row(user, group, name, gpus, t)
+        if user is not None:
+            if us is None:
+                del self.users[user]
+            elif saved is not None:
+                us.submits = saved
+        return r
+
+
+@dataclass(slots=True)
+class FeatureFrame:
+    """Features and labels of a job table, rows sorted by submit time."""
+
+    X: npt.NDArray[np.float64]  # numeric features, columns NUMERIC_FEATURES
+    cats: dict[str, npt.NDArray[np.object_]]  # CATEGORICAL_FEATURES -> strings (None when null)
+    job_id: npt.NDArray[np.object_]
+    user: npt.NDArray[np.object_]
+    name: npt.NDArray[np.object_]
+    submit: npt.NDArray[np.float64]  # epoch seconds
+    start: npt.NDArray[np.float64]  # NaN when not started
+    end: npt.NDArray[np.float64]  # NaN when not ended
+    state: npt.NDArray[np.object_]
+    time_limit: npt.NDArray[np.float64]  # seconds, NaN when unknown
+    gpus: npt.NDArray[np.float64]
+
+    def __len__(self) -> int:
+        return len(self.submit)
+
+    @property
+    def ended(self) -> npt.NDArray[np.bool_]:
+        """Jobs with a known final state and end time: the only ones with a label."""
+        return np.isin(self.state, list(ENDED)) & ~np.isnan(self.end)
+
+    @property
+    def success(self) -> npt.NDArray[np.bool_]:
+        return self.state == SUCCESS
+
+    @property
+    def runtime(self) -> npt.NDArray[np.float64]:
+        return np.maximum(self.end - self.start, 0.0)
+
+    def col(self, name: str) -> npt.NDArray[np.float64]:
+        return self.X[:, NUMERIC_FEATURES.index(name)]
+
+    def take(self, idx: npt.NDArray[np.intp] | npt.NDArray[np.bool_]) -> FeatureFrame:
+        return FeatureFrame(
+            X=self.X[idx],
+            cats={k: v[idx] for k, v in self.cats.items()},
+            job_id=self.job_id[idx],
+            user=self.user[idx],
+            name=self.name[idx],
+            submit=self.submit[idx],
+            start=self.start[idx],
+            end=self.end[idx],
+            state=self.state[idx],
+            time_limit=self.time_limit[idx],
+            gpus=self.gpus[idx],
+        )
+
+
+def _seconds(col: pa.ChunkedArray) -> npt.NDArray[np.float64]:
+    us = pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False).astype(np.float64)
+    arr: npt.NDArray[np.float64] = us / 1e6
+    return arr
+
+
+def _floats(col: pa.ChunkedArray) -> npt.NDArray[np.float64]:
+    return np.asarray(pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _objects(col: pa.ChunkedArray) -> npt.NDArray[np.object_]:
+    arr = np.empty(len(col), dtype=object)
+    arr[:] = col.to_numpy(zero_copy_only=False)
+    return arr
+
+
+def request_features(
+    gpus: npt.NDArray[np.float64],
+    nodes: npt.NDArray[np.float64],
+    time_limit: npt.NDArray[np.float64],
+    submit: npt.NDArray[np.float64],
+) -> npt.NDArray[np.float64]:
+    """What the job asks for and when: vectorised, identical for batch and online rows."""
+    tl = np.where(np.isnan(time_limit), np.nan, np.log(np.maximum(np.nan_to_num(time_limit, nan=1.0), 1.0)))
+    day = np.floor(submit / 86400.0)
+    hour = np.floor((submit - day * 86400.0) / 3600.0)
+    weekday = (day + 3) % 7  # 1970-01-01 was a Thursday; 0 = Monday
+    return np.column_stack([gpus, nodes, tl, hour, weekday]).astype(np.float64)
+
+
+def _codes(*cols: npt.NDArray[np.object_]) -> npt.NDArray[np.int64]:
+    """Dense integer codes of a (compound) key; -1 where any part of it is null."""
+    import pandas as pd
+
+    code = np.zeros(len(cols[0]), dtype=np.int64)
+    null = np.zeros(len(cols[0]), dtype=bool)
+    for c in cols:
+        part, uniq = pd.factorize(c, use_na_sentinel=True)
+        null |= part < 0
+        code = code * (len(uniq) + 1) + (part + 1)
+    code = np.where(null, -1, code)
+    _, inv = np.unique(code, return_inverse=True)
+    out: npt.NDArray[np.int64] = np.where(null, -1, inv).astype(np.int64)
+    return out
+
+
+def _window_quantiles(
+    vals: npt.NDArray[np.float64],
+    lo: npt.NDArray[np.int64],
+    hi: npt.NDArray[np.int64],
+    qs: tuple[float, ...],
+    chunk: int = 100_000,
+) -> list[npt.NDArray[np.float64]]:
+    """Quantiles of vals[lo:hi] per row (`Window.quantile` exactly), NaN for empty windows."""
+    n = len(lo)
+    outs = [np.full(n, np.nan) for _ in qs]
+    if n == 0 or len(vals) == 0:
+        return outs
+    k = int((hi - lo).max(initial=0))
+    if k == 0:
+        return outs
+    offs = np.arange(k)
+    for a in range(0, n, chunk):
+        b = min(n, a + chunk)
+        length = hi[a:b] - lo[a:b]
+        gidx = lo[a:b, None] + offs
+        w = np.where(offs < length[:, None], vals[np.clip(gidx, 0, len(vals) - 1)], np.inf)
+        w.sort(axis=1)
+        rows = np.arange(b - a)
+        for out, q in zip(outs, qs, strict=True):
+            j = np.floor(q * (np.maximum(length, 1) - 1) + 0.5).astype(np.int64)
+            out[a:b] = np.where(length > 0, w[rows, j], np.nan)
+    return outs
+
+
+@dataclass(slots=True)
+class _KeyHistory:
+    n: npt.NDArray[np.float64]
+    succ: npt.NDArray[np.float64]
+    last: dict[int, npt.NDArray[np.float64]]
+    streak: npt.NDArray[np.float64]
+    last_fail: npt.NDArray[np.float64]
+    last_success: npt.NDArray[np.float64]
+    rt_med: npt.NDArray[np.float64]
+    rt_p90: npt.NDArray[np.float64]
+    ttf_med: npt.NDArray[np.float64]
+    rt_last: npt.NDArray[np.float64]
+
+
+def _key_history(
+    qkey: npt.NDArray[np.int64],
+    qrank: npt.NDArray[np.int64],
+    ekey: npt.NDArray[np.int64],
+    erank: npt.NDArray[np.int64],
+    erow: npt.NDArray[np.int64],
+    eend: npt.NDArray[np.float64],
+    esucc: npt.NDArray[np.bool_],
+    elrt: npt.NDArray[np.float64],
+    estarted: npt.NDArray[np.bool_],
+    m: int,
+    window: int,
+) -> _KeyHistory:
+    """What `KeyStats` would hold for each query's key at its submit rank, from sorted ends + searchsorted."""
+    keep = ekey >= 0
+    ekey, erank, erow, eend, esucc, elrt, estarted = (
+        a[keep] for a in (ekey, erank, erow, eend, esucc, elrt, estarted)
+    )
+    o = np.lexsort((erow, erank, ekey))
+    ekey, eend, esucc, elrt, estarted = ekey[o], eend[o], esucc[o], elrt[o], estarted[o]
+    comp = ekey * m + erank[o]
+    valid = qkey >= 0
+    qk = np.where(valid, qkey, 0)
+    qcomp = qk * m + qrank
+    qorder = np.argsort(qcomp, kind="stable")  # sorted needles make the binary searches cache-friendly
+    n_keys = int(qk.max(initial=0)) + 1
+
+    def search(c: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """(position of each query's submit rank, start of its key) in sorted composite keys c."""
+        pos = np.empty(len(qcomp), dtype=np.int64)
+        pos[qorder] = np.searchsorted(c, qcomp[qorder], side="left")
+        start = np.searchsorted(c, np.arange(n_keys, dtype=np.int64) * m, side="left")[qk]
+        return np.where(valid, pos, start), start
+
+    idx, ks = search(comp)
+    n = (idx - ks).astype(np.float64)
+    s_cum = np.concatenate([[0], np.cumsum(esucc)])
+    succ = (s_cum[idx] - s_cum[ks]).astype(np.float64)
+    last: dict[int, npt.NDArray[np.float64]] = {}
+    for k in (1, 3, 10, 100):
+        lo = np.maximum(idx - k, ks)
+        cnt = idx - lo
+        with np.errstate(invalid="ignore", divide="ignore"):
+            last[k] = np.where(cnt > 0, (s_cum[idx] - s_cum[lo]) / np.maximum(cnt, 1), np.nan)
+    pos = np.arange(len(comp))
+    ls = np.maximum.accumulate(np.where(esucc, pos, -1)) if len(comp) else pos
+    lf = np.maximum.accumulate(np.where(~esucc, pos, -1)) if len(comp) else pos
+    prev = np.clip(idx - 1, 0, max(len(comp) - 1, 0))
+    has = idx > ks
+    ls_q = np.where(has, ls[prev] if len(comp) else -1, -1)
+    lf_q = np.where(has, lf[prev] if len(comp) else -1, -1)
+    streak = np.where(has, (idx - 1) - np.maximum(ls_q, ks - 1), 0).astype(np.float64)
+    safe_end = eend if len(eend) else np.zeros(1)
+    last_success = np.where(ls_q >= ks, safe_end[np.clip(ls_q, 0, None)], np.nan)
+    last_fail = np.where(lf_q >= ks, safe_end[np.clip(lf_q, 0, None)], np.nan)
+
+    def windowed(
+        sel: npt.NDArray[np.bool_], qs: tuple[float, ...], w: int = window
+    ) -> list[npt.NDArray[np.float64]]:
+        i2, k2 = search(comp[sel])
+        return _window_quantiles(elrt[sel], np.maximum(i2 - w, k2), i2, qs)
+
+    rt_med, rt_p90 = windowed(esucc, (0.5, 0.9))
+    (ttf_med,) = windowed(~esucc & estarted, (0.5,))
+    (rt_last,) = windowed(esucc, (1.0,), 1)
+    return _KeyHistory(n, succ, last, streak, last_fail, last_success, rt_med, rt_p90, ttf_med, rt_last)
+
+
+def _vector_history(
+    users: npt.NDArray[np.object_],
+    groups: npt.NDArray[np.object_],
+    names: npt.NDArray[np.object_],
+    submit: npt.NDArray[np.float64],
+    start: npt.NDArray[np.float64],
+    end: npt.NDArray[np.float64],
+    state: npt.NDArray[np.object_],
+    ended: npt.NDArray[np.bool_],
+    gpus: npt.NDArray[np.float64],
+) -> npt.NDArray[np.float64]:
+    """The same history features as the event sweep, computed with sorts and binary searches."""
+    n = len(submit)
+    er = np.flatnonzero(ended)
+    # Integer ranks of every time involved, so (key, time) pairs compare as one int64.
+    pool = np.concatenate([submit, end[er], submit - SUBMIT_WINDOW_S])
+    _, inv = np.unique(pool, return_inverse=True)
+    m = int(inv.max(initial=0)) + 2
+    q_rank = inv[:n].astype(np.int64)
+    e_rank = inv[n : n + len(er)].astype(np.int64)
+    h_rank = inv[n + len(er) :].astype(np.int64)
+    e_end = end[er]
+    e_succ = state[er] == SUCCESS
+    e_started = ~np.isnan(start[er])
+    e_lrt = np.where(e_started, np.log(np.maximum(np.nan_to_num(e_end - start[er], nan=0.0), 1.0)), 0.0)
+    e_lrt = np.where(e_started, e_lrt, 0.0)
+    user_c = _codes(users)
+    name_c = _codes(np.where(pd_isnull(users), "\x00none", users).astype(object), names)
+    group_c = _codes(groups)
+    shape_c = _codes(np.where(pd_isnull(users), "\x00none", users).astype(object), gpus.astype(object))
+    glob_c = np.zeros(n, dtype=np.int64)
+
+    def hist(codes: npt.NDArray[np.int64], window: int) -> _KeyHistory:
+        return _key_history(
+            codes, q_rank, codes[er], e_rank, er.astype(np.int64), e_end, e_succ, e_lrt, e_started, m, window
+        )
+
+    g = hist(glob_c, GLOBAL_WINDOW)
+    u = hist(user_c, USER_WINDOW)
+    nm = hist(name_c, NAME_WINDOW)
+    gr = hist(group_c, GROUP_WINDOW)
+    sh = hist(shape_c, NAME_WINDOW)
+    prior = (g.succ + 1.0) / (g.n + 2.0)
+    a = PRIOR_STRENGTH
+    a_prior = a * prior
+
+    def rate(h: _KeyHistory) -> npt.NDArray[np.float64]:
+        r: npt.NDArray[np.float64] = (h.succ + a_prior) / (h.n + a)
+        return r
+
+    # Submissions of the same user in the last hour, before this one in sweep order.
+    has_u = user_c >= 0
+    uc = np.where(has_u, user_c, 0)
+    o = np.lexsort((np.arange(n), q_rank, uc))
+    comp = uc[o] * m + q_rank[o]
+    pos_in = np.empty(n, dtype=np.int64)
+    pos_in[o] = np.arange(n)
+    first_recent = np.searchsorted(comp, uc * m + h_rank, side="right")
+    subs = (pos_in - first_recent).astype(np.float64)
+
+    nan = np.full(n, np.nan)
+    nu = ~has_u
+    has_n = name_c >= 0
+    has_g = group_c >= 0
+
+    def u_(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return np.where(nu, np.nan, x)
+
+    cols = [
+        u_(u.n),
+        np.where(nu, prior, rate(u)),
+        u_(u.last[1]),
+        u_(u.last[3]),
+        u_(u.last[10]),
+        u_(u.streak),
+        u_((submit - u.last_fail) / 3600.0),
+        u_((submit - u.last_success) / 3600.0),
+        u_(subs),
+        u_(u.rt_med),
+        u_(u.rt_p90),
+        u_(u.ttf_med),
+        u_(u.rt_last),
+        np.where(has_n, nm.n, nan),
+        np.where(has_n, rate(nm), prior),
+        np.where(has_n, nm.streak, nan),
+        np.where(has_n, nm.rt_med, nan),
+        np.where(has_n, nm.rt_p90, nan),
+        np.where(has_n, nm.ttf_med, nan),
+        np.where(has_g, gr.n, nan),
+        np.where(has_g, rate(gr), prior),
+        np.where(has_g, gr.rt_med, nan),
+        sh.n,
+        rate(sh),
+        sh.rt_med,
+        sh.ttf_med,
+        prior,
+        g.last[100],
+        g.rt_med,
+        g.ttf_med,
+    ]
+    return np.column_stack(cols).astype(np.float64)
+
+
+def pd_isnull(a: npt.NDArray[np.object_]) -> npt.NDArray[np.bool_]:
+    return np.array([v is None for v in a.tolist()], dtype=bool) if len(a) else np.zeros(0, bool)
+
+
+def _sweep_history(
+    users: npt.NDArray[np.object_],
+    groups: npt.NDArray[np.object_],
+    names: npt.NDArray[np.object_],
+    submit: npt.NDArray[np.float64],
+    start: npt.NDArray[np.float64],
+    end: npt.NDArray[np.float64],
+    state: npt.NDArray[np.object_],
+    ended: npt.NDArray[np.bool_],
+    gpus: npt.NDArray[np.float64],
+) -> npt.NDArray[np.float64]:
+    """Reference path: one Python pass over time-sorted events through a `RollingState`."""
+    n = len(submit)
+    end_rows = np.flatnonzero(ended)
+    times = np.concatenate([submit, end[end_rows]])
+    kinds = np.concatenate([np.zeros(n, np.int8), np.ones(len(end_rows), np.int8)])
+    rows = np.concatenate([np.arange(n), end_rows])
+    ev = np.lexsort((rows, kinds, times))  # by time, then submissions before ends, then row
+    st = RollingState()
+    u_l, g_l, n_l, s_l, gp_l = users.tolist(), groups.tolist(), names.tolist(), submit.tolist(), gpus.tolist()
+    start_l, end_l, state_l = start.tolist(), end.tolist(), state.tolist()
+    hist: list[tuple[float, ...]] = [()] * n
+    for kind, i in zip(kinds[ev].tolist(), rows[ev].tolist(), strict=True):
+        if kind == 0:
+            hist[i] = st.row(u_l[i], g_l[i], n_l[i], gp_l[i], s_l[i])
+        else:
+            st.observe_end(u_l[i], g_l[i], n_l[i], gp_l[i], start_l[i], end_l[i], state_l[i])
+    return np.array(hist, dtype=np.float64).reshape(n, len(HISTORY_FEATURES))
+
+
+def build_features(table: pa.Table, *, include_cpu: bool = False, method: str = "vector") -> FeatureFrame:
+    """Causal features for every job of `table` that has a submit time (and GPUs, unless include_cpu).
+
+    Submit and end events are ordered by time; at equal times submissions come first, so a job ending
+    exactly when another is submitted is not visible to it ("ended strictly before"). `method="sweep"`
+    replays the events through `RollingState` (the online path); the default computes the same numbers
+    with sorts and binary searches, O(N log N) and fast enough for millions of jobs.
+    """
+    keep = pc.is_valid(table.column("submit_time"))
+    if not include_cpu:
+        keep = pc.and_(keep, pc.greater(pc.fill_null(table.column("gpus"), 0.0), 0.0))
+    table = table.filter(keep)
+    submit = _seconds(table.column("submit_time"))
+    order = np.argsort(submit, kind="stable")
+    table = table.take(pa.array(order))
+    submit = submit[order]
+    start = _seconds(table.column("start_time"))
+    end = _seconds(table.column("end_time"))
+    state = _objects(table.column("state"))
+    users = _objects(table.column("user"))
+    groups = _objects(table.column("group"))
+    names = _objects(table.column("name"))
+    ended = np.isin(state, list(ENDED)) & ~np.isnan(end)
+    gpus = np.nan_to_num(_floats(table.column("gpus")), nan=0.0)
+    fn = _sweep_history if method == "sweep" else _vector_history
+    h_arr = fn(users, groups, names, submit, start, end, state, ended, gpus)
+    nodes = np.nan_to_num(_floats(table.column("nodes")), nan=1.0)
+    time_limit = _floats(table.column("time_limit"))
+    X = np.hstack([h_arr, request_features(gpus, nodes, time_limit, submit)])
+    return FeatureFrame(
+        X=X,
+        cats={
+            "partition": _objects(table.column("partition")),
+            "priority_class": _objects(table.column("priority_class")),
+            "group": groups,
+        },
+        job_id=_objects(table.column("job_id")),
+        user=users,
+        name=names,
+        submit=submit,
+        start=start,
+        end=end,
+        state=state,
+        time_limit=time_limit,
+        gpus=gpus,
+    )
+
+
+def replay_state(frame: FeatureFrame, before: float) -> RollingState:
+    """The rolling state as it stood at `before`: every job that ended strictly before it, in end order."""
+    st = RollingState()
+    mask = frame.ended & (frame.end < before)
+    idx = np.flatnonzero(mask)
+    idx = idx[np.argsort(frame.end[idx], kind="stable")]
+    for i in idx.tolist():
+        st.observe_end(
+            frame.user[i],
+            frame.cats["group"][i],
+            frame.name[i],
+            frame.gpus[i],
+            frame.start[i],
+            frame.end[i],
+            frame.state[i],
+        )
+    return st

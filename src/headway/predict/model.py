@@ -1,0 +1,379 @@
+"""The models: calibrated P(complete), and quantile runtimes if it completes / until it fails.
+
+- Completion: a LightGBM binary classifier (categorical columns handled natively), calibrated on a later
+  time slice than it was fitted on (isotonic by default, Platt on request), because the queue policy
+  multiplies by the probability and needs it to mean what it says.
+- Runtime if it completes, and time to failure if it does not: LightGBM quantile regression on log
+  seconds, alpha 0.5 (the point estimate) and 0.9 (for suggested time limits), capped by the time limit.
+- Cold start: with no model (or too few examples for one part), the smoothed rates and running medians
+  already in the feature row are the prediction (`fallback_predictions`).
+
+The model file is one JSON document (format `headway-predictor`, version 1): LightGBM boosters as their
+text dumps, the calibration curve as numbers, the category vocabularies and the training summary. No
+pickle, so loading a model file never runs code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from headway.predict.api import Predictions
+from headway.predict.features import (
+    CATEGORICAL_FEATURES,
+    NUMERIC_FEATURES,
+    FeatureFrame,
+)
+
+MODEL_FORMAT = "headway-predictor"
+MODEL_VERSION = 1
+P_CLIP = (0.001, 0.999)
+ISOTONIC_MIN_ROWS = 5000
+DEFAULT_RUNTIME_S = 3600.0
+FEATURES: tuple[str, ...] = NUMERIC_FEATURES + CATEGORICAL_FEATURES
+_COL = {name: i for i, name in enumerate(FEATURES)}
+
+
+class ModelFileError(ValueError):
+    """A model file that cannot be used; str() is the one-line reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainConfig:
+    """Knobs of one training run; the defaults are what `headway predict train` uses."""
+
+    rounds: int = 400
+    quantile_rounds: int = 200
+    learning_rate: float = 0.05
+    num_leaves: int = 15
+    min_data_in_leaf: int = 30
+    early_stopping: int = 30
+    calib_fraction: float = 0.2  # the latest share of training jobs (by submit time) used for calibration
+    calibration: str = "auto"  # isotonic | platt | auto (isotonic from 5,000 calibration jobs up)
+    max_rows: int = 400_000  # train each model on at most the most recent this many jobs
+    min_rows: int = 50  # fewer examples than this: that part falls back to running medians / rates
+    threads: int = 2
+    seed: int = 7
+
+
+@dataclass(slots=True)
+class Calibration:
+    """A monotone map from the classifier's raw probability to a calibrated one."""
+
+    kind: str = "identity"  # identity | isotonic | platt
+    x: list[float] = field(default_factory=list)  # isotonic: thresholds
+    y: list[float] = field(default_factory=list)
+    a: float = 1.0  # platt: sigmoid(a * logit(p) + b)
+    b: float = 0.0
+
+    def apply(self, p: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        if self.kind == "isotonic" and self.x:
+            out = np.interp(p, np.asarray(self.x), np.asarray(self.y))
+        elif self.kind == "platt":
+            pc = np.clip(p, 1e-6, 1 - 1e-6)
+            out = 1.0 / (1.0 + np.exp(-(self.a * np.log(pc / (1 - pc)) + self.b)))
+        else:
+            out = p
+        return np.clip(out, *P_CLIP)
+
+    @classmethod
+    def fit(cls, kind: str, p: npt.NDArray[np.float64], y: npt.NDArray[np.bool_]) -> Calibration:
+        if len(p) < 30 or y.all() or not y.any():
+            return cls()
+        if kind == "auto":
+            # Isotonic steps overfit a small slice; a two-parameter sigmoid does not.
+            kind = "isotonic" if len(p) >= ISOTONIC_MIN_ROWS else "platt"
+        if kind == "platt":
+            from sklearn.linear_model import LogisticRegression
+
+            pc = np.clip(p, 1e-6, 1 - 1e-6)
+            lr = LogisticRegression(C=1e6).fit(np.log(pc / (1 - pc)).reshape(-1, 1), y)
+            return cls(kind="platt", a=float(lr.coef_[0, 0]), b=float(lr.intercept_[0]))
+        from sklearn.isotonic import IsotonicRegression
+
+        iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(p, y.astype(float))
+        return cls(kind="isotonic", x=iso.X_thresholds_.tolist(), y=iso.y_thresholds_.tolist())
+
+
+def design(
+    X: npt.NDArray[np.float64], cats: dict[str, Any], vocab: dict[str, list[str]]
+) -> npt.NDArray[np.float64]:
+    """Numeric features plus each categorical column as its code in the training vocabulary (NaN: unseen)."""
+    import pandas as pd
+
+    cols = [X]
+    for name in CATEGORICAL_FEATURES:
+        values = cats[name]
+        codes = pd.Categorical(np.asarray(values, dtype=object), categories=vocab.get(name, [])).codes
+        cols.append(np.where(codes < 0, np.nan, codes).astype(np.float64).reshape(-1, 1))
+    return np.hstack(cols)
+
+
+def fallback_predictions(
+    X: npt.NDArray[np.float64], time_limit: npt.NDArray[np.float64]
+) -> Predictions:
+    """Cold-start predictions from the feature row alone: smoothed rates and running medians."""
+    p = X[:, _COL["name_success_rate"]].copy()
+    few_name = ~(X[:, _COL["name_jobs_ended"]] >= 3)
+    p[few_name] = X[few_name, _COL["user_success_rate"]]
+    rt = _first_finite(X, ("name_log_runtime_median", "user_log_runtime_median", "group_log_runtime_median",
+                           "global_log_runtime_median"))
+    p90 = _first_finite(X, ("name_log_runtime_p90", "user_log_runtime_p90"))
+    p90 = np.where(np.isnan(p90), rt + math.log(3.0), np.maximum(p90, rt))
+    ttf = _first_finite(
+        X, ("name_log_ttf_median", "user_log_ttf_median", "global_log_ttf_median")
+    )
+    ttf = np.where(np.isnan(ttf), rt + math.log(0.3), ttf)
+    return _finish(np.clip(p, *P_CLIP), rt, p90, ttf, time_limit)
+
+
+def offsets(X: npt.NDArray[np.float64], time_limit: npt.NDArray[np.float64]) -> dict[str, npt.NDArray[np.float64]]:
+    """Where each model starts before its trees: the fallback prediction (log-odds / log seconds).
+
+    The trees learn corrections to these, so a thin history still gives the running medians and rates,
+    and a feature like "the user's median runtime" maps one-to-one instead of through step functions.
+    """
+    fb = fallback_predictions(X, time_limit)
+    p = np.clip(fb.p_success, *P_CLIP)
+    return {
+        "p_success": np.log(p / (1 - p)),
+        "runtime": np.log(np.maximum(fb.runtime, 1.0)),
+        "runtime_p90": np.log(np.maximum(fb.runtime_p90, 1.0)),
+        "ttf": np.log(np.maximum(fb.time_to_failure, 1.0)),
+    }
+
+
+OFFSET_OF = {
+    "p_success": "p_success",
+    "runtime_q50": "runtime",
+    "runtime_q90": "runtime",
+    "ttf_q50": "ttf",
+    "ttf_q90": "ttf",
+}
+
+
+def _first_finite(X: npt.NDArray[np.float64], names: tuple[str, ...]) -> npt.NDArray[np.float64]:
+    out = np.full(len(X), np.nan)
+    for name in names:
+        col = X[:, _COL[name]]
+        out = np.where(np.isnan(out), col, out)
+    return out
+
+
+def _finish(
+    p: npt.NDArray[np.float64],
+    log_rt: npt.NDArray[np.float64],
+    log_p90: npt.NDArray[np.float64],
+    log_ttf: npt.NDArray[np.float64],
+    time_limit: npt.NDArray[np.float64],
+) -> Predictions:
+    """Log seconds to seconds, unknowns to the time limit's half (or an hour), everything capped by it."""
+    tl = np.asarray(time_limit, dtype=np.float64)
+    default = np.where(np.isnan(tl), DEFAULT_RUNTIME_S, tl / 2.0)
+    rt = np.where(np.isnan(log_rt), default, np.exp(np.nan_to_num(log_rt)))
+    p90 = np.where(np.isnan(log_p90), rt * 2.0, np.exp(np.nan_to_num(log_p90)))
+    p90 = np.maximum(p90, rt)
+    ttf = np.where(np.isnan(log_ttf), rt * 0.3, np.exp(np.nan_to_num(log_ttf)))
+    cap = np.where(np.isnan(tl), np.inf, tl)
+    return Predictions(
+        p_success=np.asarray(p, dtype=np.float64),
+        runtime=np.minimum(rt, cap),
+        runtime_p90=np.minimum(p90, cap),
+        time_to_failure=np.minimum(ttf, cap),
+    )
+
+
+def _sigmoid(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    out: npt.NDArray[np.float64] = 1.0 / (1.0 + np.exp(-x))
+    return out
+
+
+def _lgb_params(cfg: TrainConfig, objective: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "objective": objective,
+        "learning_rate": cfg.learning_rate,
+        "num_leaves": cfg.num_leaves,
+        "min_data_in_leaf": cfg.min_data_in_leaf,
+        "feature_fraction": 0.85,
+        "bagging_fraction": 0.8,
+        "bagging_freq": 1,
+        "lambda_l2": 1.0,
+        "max_bin": 127,
+        "cat_smooth": 10.0,
+        "min_data_per_group": 20,
+        "num_threads": cfg.threads,
+        "seed": cfg.seed,
+        "deterministic": True,
+        "force_row_wise": True,
+        "verbosity": -1,
+        **extra,
+    }
+
+
+@dataclass(slots=True)
+class Predictor:
+    """Trained models (any part may be missing: it then falls back) plus what is needed to use them."""
+
+    vocab: dict[str, list[str]]
+    calibration: Calibration
+    boosters: dict[str, Any]  # p_success, runtime_q50, runtime_q90, ttf_q50, ttf_q90 -> lightgbm.Booster
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    # -- training -----------------------------------------------------------------------------------
+    @classmethod
+    def fit(
+        cls, frame: FeatureFrame, rows: npt.NDArray[np.intp] | None = None, config: TrainConfig | None = None
+    ) -> Predictor:
+        """Train on `rows` of `frame` (default: every ended job); they must all have ended."""
+        import lightgbm as lgb
+
+        cfg = config or TrainConfig()
+        if rows is None:
+            rows = np.flatnonzero(frame.ended)
+        rows = rows[np.argsort(frame.submit[rows], kind="stable")][-cfg.max_rows :]
+        vocab = {
+            name: sorted({str(v) for v in frame.cats[name][rows].tolist() if v is not None})
+            for name in CATEGORICAL_FEATURES
+        }
+        Xd = design(frame.X[rows], {k: v[rows] for k, v in frame.cats.items()}, vocab)
+        y = frame.success[rows]
+        runtime = frame.runtime[rows]
+        started = ~np.isnan(runtime)
+        log_rt = np.log(np.maximum(np.nan_to_num(runtime, nan=1.0), 1.0))
+        n = len(rows)
+        n_cal = int(round(n * cfg.calib_fraction))
+        fit_idx, cal_idx = np.arange(n - n_cal), np.arange(n - n_cal, n)
+        cat_idx = [_COL[c] for c in CATEGORICAL_FEATURES]
+        boosters: dict[str, Any] = {}
+        meta: dict[str, Any] = {
+            "trained_rows": n,
+            "calibration_rows": n_cal,
+            "success_rate": float(y.mean()) if n else None,
+            "config": asdict(cfg),
+        }
+        calibration = Calibration()
+
+        off = offsets(frame.X[rows], frame.time_limit[rows])
+
+        def train(
+            key: str, objective: str, sel_fit: npt.NDArray[np.intp], sel_val: npt.NDArray[np.intp],
+            target: npt.NDArray[Any], rounds: int, **extra: Any,
+        ) -> Any:
+            params = _lgb_params(cfg, objective, **extra)
+            o = off[OFFSET_OF[key]]
+            dfit = lgb.Dataset(
+                Xd[sel_fit], target[sel_fit], init_score=o[sel_fit], categorical_feature=cat_idx,
+                free_raw_data=True,
+            )
+            callbacks = []
+            valid_sets = []
+            if len(sel_val) >= cfg.min_rows:
+                valid_sets = [lgb.Dataset(Xd[sel_val], target[sel_val], init_score=o[sel_val], reference=dfit)]
+                callbacks = [lgb.early_stopping(cfg.early_stopping, verbose=False)]
+            return lgb.train(params, dfit, num_boost_round=rounds, valid_sets=valid_sets, callbacks=callbacks)
+
+        if len(fit_idx) >= cfg.min_rows and 0 < y[fit_idx].sum() < len(fit_idx):
+            b = train("p_success", "binary", fit_idx, cal_idx, y.astype(np.float64), cfg.rounds)
+            boosters["p_success"] = b
+            if n_cal:
+                raw = _sigmoid(b.predict(Xd[cal_idx], raw_score=True) + off["p_success"][cal_idx])
+                calibration = Calibration.fit(cfg.calibration, raw, y[cal_idx])
+        for part, sel in (("runtime", y & started), ("ttf", ~y & started)):
+            f_sel = fit_idx[sel[fit_idx]]
+            v_sel = cal_idx[sel[cal_idx]]
+            meta[f"{part}_rows"] = int(len(f_sel) + len(v_sel))
+            if len(f_sel) < cfg.min_rows:
+                continue
+            for alpha in (0.5, 0.9):
+                key = f"{part}_q{int(alpha * 100)}"
+                boosters[key] = train(
+                    key, "quantile", f_sel, v_sel, log_rt, cfg.quantile_rounds, alpha=alpha, metric="quantile"
+                )
+        meta["models"] = sorted(boosters)
+        meta["calibration"] = calibration.kind
+        return cls(vocab=vocab, calibration=calibration, boosters=boosters, meta=meta)
+
+    # -- inference ----------------------------------------------------------------------------------
+    def design(self, X: npt.NDArray[np.float64], cats: dict[str, Any]) -> npt.NDArray[np.float64]:
+        return design(X, cats, self.vocab)
+
+    def predict_design(
+        self, Xd: npt.NDArray[np.float64], time_limit: npt.NDArray[np.float64]
+    ) -> Predictions:
+        """Predictions for rows of the design matrix; missing parts come from the fallback."""
+        off = offsets(Xd[:, : len(NUMERIC_FEATURES)], time_limit)
+        b = self.boosters
+
+        def raw(key: str, fallback: str) -> npt.NDArray[np.float64]:
+            if key in b:
+                out: npt.NDArray[np.float64] = b[key].predict(Xd, raw_score=True) + off[OFFSET_OF[key]]
+                return out
+            return off[fallback]
+
+        p_raw = raw("p_success", "p_success")
+        p = self.calibration.apply(_sigmoid(p_raw)) if "p_success" in b else _sigmoid(p_raw)
+        rt = raw("runtime_q50", "runtime")
+        p90 = np.maximum(raw("runtime_q90", "runtime_p90"), rt)
+        ttf = raw("ttf_q50", "ttf")
+        return _finish(p, rt, p90, ttf, time_limit)
+
+    def predict_frame(self, frame: FeatureFrame) -> Predictions:
+        return self.predict_design(self.design(frame.X, frame.cats), frame.time_limit)
+
+    def contributions(self, Xd: npt.NDArray[np.float64]) -> dict[str, npt.NDArray[np.float64]]:
+        """Per-feature SHAP contributions (LightGBM pred_contrib) of each trained model, last column = bias."""
+        return {k: np.asarray(v.predict(Xd, pred_contrib=True)) for k, v in self.boosters.items()}
+
+    # -- persistence --------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """Write the model file atomically (temp file + rename)."""
+        import lightgbm as lgb
+
+        doc = {
+            "format": MODEL_FORMAT,
+            "version": MODEL_VERSION,
+            "lightgbm": lgb.__version__,
+            "features": list(FEATURES),
+            "categorical": list(CATEGORICAL_FEATURES),
+            "vocab": self.vocab,
+            "calibration": asdict(self.calibration),
+            "meta": self.meta,
+            "boosters": {k: v.model_to_string() for k, v in self.boosters.items()},
+        }
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(doc))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Predictor:
+        import lightgbm as lgb
+
+        path = Path(path)
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ModelFileError(f"{path}: no model file here (run `headway predict train` first)") from None
+        except (OSError, UnicodeError, json.JSONDecodeError) as e:
+            raise ModelFileError(f"{path}: not a headway model file ({e})") from e
+        if not isinstance(doc, dict) or doc.get("format") != MODEL_FORMAT:
+            raise ModelFileError(f"{path}: not a headway model file (no format {MODEL_FORMAT!r})")
+        if doc.get("version") != MODEL_VERSION:
+            raise ModelFileError(
+                f"{path}: model file version {doc.get('version')} but this headway reads {MODEL_VERSION}; "
+                "retrain with `headway predict train`"
+            )
+        if doc.get("features") != list(FEATURES):
+            raise ModelFileError(f"{path}: trained on other features; retrain with `headway predict train`")
+        try:
+            boosters = {k: lgb.Booster(model_str=s) for k, s in doc["boosters"].items()}
+            cal = Calibration(**doc["calibration"])
+        except (KeyError, TypeError, lgb.basic.LightGBMError) as e:
+            raise ModelFileError(f"{path}: damaged model file ({str(e).splitlines()[0]})") from e
+        return cls(vocab=doc["vocab"], calibration=cal, boosters=boosters, meta=doc.get("meta", {}))

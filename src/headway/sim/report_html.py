@@ -1,0 +1,135 @@
+"""`simulate --html`: one self-contained, offline HTML file comparing policies (plotly.js inlined once)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from headway.sim.metrics import HEADLINE, JobTimes, MetricValue, cdf, series
+from headway.sim.result import SimResult
+
+_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+
+
+def _fmt(v: MetricValue) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.0f}"
+
+
+def _figure(traces: list[dict[str, Any]], title: str, xaxis: dict[str, Any], yaxis: dict[str, Any]) -> Any:
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for tr in traces:
+        fig.add_trace(go.Scatter(**tr))
+    fig.update_layout(
+        title=title,
+        xaxis=xaxis,
+        yaxis=yaxis,
+        template="plotly_white",
+        height=380,
+        margin={"l": 60, "r": 20, "t": 50, "b": 50},
+        legend={"orientation": "h", "y": -0.2},
+    )
+    return fig
+
+
+def render(
+    results: Sequence[SimResult],
+    metrics: Mapping[str, Mapping[str, MetricValue]],
+    *,
+    title: str,
+    subtitle: str = "",
+    notes: Sequence[str] = (),
+) -> str:
+    """The whole report as one HTML string; it loads nothing from the network."""
+    import plotly.io as pio
+    from plotly.offline import get_plotlyjs
+
+    cdf_tts, cdf_qd, util, pend, done, good = [], [], [], [], [], []
+    for i, r in enumerate(results):
+        colour = _COLOURS[i % len(_COLOURS)]
+        line = {"color": colour}
+        jt = JobTimes.of(r.jobs)
+        x, y = cdf(jt.jct[jt.success] / 3600.0)
+        cdf_tts.append({"x": x, "y": y, "name": r.policy, "line": line, "mode": "lines"})
+        x, y = cdf(jt.queue_delay[~np.isnan(jt.start)] / 3600.0)
+        cdf_qd.append({"x": np.maximum(x, 1e-3), "y": y, "name": r.policy, "line": line, "mode": "lines"})
+        s = series(r)
+        days = s.t / 86400.0
+        common = {"x": days, "name": r.policy, "line": line, "mode": "lines"}
+        util.append({**common, "y": s.utilisation * 100})
+        pend.append({**common, "y": s.pending})
+        done.append({**common, "y": s.completed_total})
+        good.append({**common, "y": s.goodput_gpu_hours_total})
+    figs = [
+        _figure(
+            cdf_tts,
+            "Time to success (CDF of successful jobs' JCT)",
+            {"title": "hours", "type": "log"},
+            {"title": "fraction of jobs"},
+        ),
+        _figure(
+            cdf_qd,
+            "Queueing delay (CDF, all started jobs)",
+            {"title": "hours", "type": "log"},
+            {"title": "fraction of jobs"},
+        ),
+        _figure(
+            util,
+            "GPU utilisation over time",
+            {"title": "days from first arrival"},
+            {"title": "% of GPUs busy"},
+        ),
+        _figure(pend, "Pending jobs over time", {"title": "days from first arrival"}, {"title": "jobs"}),
+        _figure(
+            done,
+            "Successful completions over time",
+            {"title": "days from first arrival"},
+            {"title": "jobs completed"},
+        ),
+        _figure(
+            good,
+            "Goodput over time",
+            {"title": "days from first arrival"},
+            {"title": "GPU-hours of successful jobs"},
+        ),
+    ]
+    divs = [pio.to_html(f, full_html=False, include_plotlyjs=False) for f in figs]
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in ("policy", *HEADLINE))
+    rows = "".join(
+        "<tr><td>"
+        + html.escape(p)
+        + "</td>"
+        + "".join(f"<td>{_fmt(m.get(k))}</td>" for k in HEADLINE)
+        + "</tr>"
+        for p, m in metrics.items()
+    )
+    note_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 24px; color: #222; }}
+table {{ border-collapse: collapse; font-size: 13px; }}
+th, td {{ border: 1px solid #ddd; padding: 4px 8px; text-align: right; }}
+th:first-child, td:first-child {{ text-align: left; }}
+.grid {{ display: grid; grid-template-columns: repeat(auto-fit, minmax(560px, 1fr)); gap: 12px; }}
+</style>
+<script type="text/javascript">{get_plotlyjs()}</script>
+</head><body>
+<h1>{html.escape(title)}</h1>
+<p>{html.escape(subtitle)}</p>
+<p>Times in seconds, GPU-hours in hours; definitions in docs/simulate.md. Generated {stamp}.</p>
+<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>
+<ul>{note_html}</ul>
+<div class="grid">{"".join(f"<div>{d}</div>" for d in divs)}</div>
+</body></html>
+"""

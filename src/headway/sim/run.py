@@ -1,0 +1,192 @@
+"""`run_simulation`: a job table, a cluster and a policy in; a SimResult out (the CLI's entry point)."""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from headway.policy.placement import fits_empty, max_nodes_for
+from headway.policy.policies import get_policy
+from headway.predict.api import OnlinePredictor
+from headway.schema import conform
+from headway.sim.cluster import Cluster, ClusterSpec
+from headway.sim.engine import Engine, EngineOptions, JobArrays, Truth
+from headway.sim.result import SimResult
+
+NEVER_RAN = "never started or never ended in the trace"
+CPU_ONLY = "CPU-only (0 GPUs)"
+TOO_BIG = "larger than the cluster"
+NO_SUBMIT = "no submit time"
+
+
+def default_predictor_factory() -> OnlinePredictor:
+    """The project's online predictor (headway.predict.online)."""
+    try:
+        mod = importlib.import_module("headway.predict.online")
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise RuntimeError("the online predictor (headway.predict.online) is not available") from e
+    for name in ("make_online_predictor", "make_predictor", "create"):
+        fn = getattr(mod, name, None)
+        if callable(fn):
+            made: OnlinePredictor = fn()
+            return made
+    for name in ("RollingPredictor", "OnlineLightGBM", "LightGBMOnlinePredictor", "OnlineModel", "Online"):
+        cls = getattr(mod, name, None)
+        if isinstance(cls, type):
+            inst: OnlinePredictor = cls()
+            return inst
+    raise RuntimeError("headway.predict.online has no predictor factory")
+
+
+def _seconds(col: pa.ChunkedArray) -> np.ndarray:  # type: ignore[type-arg]
+    arr = col.cast(pa.int64()).to_numpy(zero_copy_only=False)
+    return np.asarray(arr, dtype=np.float64) / 1e6
+
+
+def _floats(col: pa.ChunkedArray) -> np.ndarray:  # type: ignore[type-arg]
+    return np.asarray(col.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _objects(col: pa.ChunkedArray) -> np.ndarray:  # type: ignore[type-arg]
+    return np.asarray(col.to_pylist(), dtype=object)
+
+
+def prepare(
+    jobs: pa.Table, spec: ClusterSpec, *, load: float | None = None, include_cpu: bool = False
+) -> tuple[JobArrays, Truth, list[str], dict[str, int], float, float]:
+    """Job arrays (submit-sorted, times in seconds from the first arrival), the hidden truth, what was
+    left out and why, the natural load and the load after rescaling."""
+    t = conform(jobs)
+    submit_raw = t.column("submit_time")
+    start_raw, end_raw = t.column("start_time"), t.column("end_time")
+    has_submit = np.asarray(submit_raw.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    ran = np.asarray(
+        pa.compute.and_(start_raw.is_valid(), end_raw.is_valid()).to_numpy(zero_copy_only=False), dtype=bool
+    )
+    gpus = np.nan_to_num(_floats(t.column("gpus")), nan=0.0)
+    nodes = np.nan_to_num(_floats(t.column("nodes")), nan=1.0).astype(np.int64)
+    counts: dict[str, int] = {}
+    keep = has_submit.copy()
+    counts[NO_SUBMIT] = int((~has_submit).sum())
+    never = keep & ~ran
+    counts[NEVER_RAN] = int(never.sum())
+    keep &= ran
+    cpu = keep & (gpus <= 0)
+    if not include_cpu:
+        counts[CPU_ONLY] = int(cpu.sum())
+        keep &= ~cpu
+    excluded: list[str] = []
+    node_gpus = np.array([nd.gpus for nd in spec.nodes], dtype=np.int64)
+    max_gpn = spec.max_node_gpus
+    ids = t.column("job_id").to_pylist()
+    big = 0
+    cap_total = spec.capacity_gpus
+    verdict: dict[tuple[float, int], bool] = {}
+    for i in np.flatnonzero(keep & (gpus > 0)).tolist():
+        g_i = float(gpus[i])
+        m = max_nodes_for(g_i, int(nodes[i]), max_gpn)
+        fits = verdict.get((g_i, m))
+        if fits is None:
+            fits = verdict[(g_i, m)] = g_i <= cap_total and fits_empty(node_gpus, g_i, m)
+        if not fits:
+            excluded.append(
+                f"{ids[i]}: needs {g_i:g} GPUs on at most {m} nodes, cluster has "
+                f"{cap_total} GPUs ({max_gpn} per node at most)"
+            )
+            keep[i] = False
+            big += 1
+    counts[TOO_BIG] = big
+    counts = {k: v for k, v in counts.items() if v}
+    idx = np.flatnonzero(keep)
+    sub = _seconds(submit_raw.take(pa.array(idx)))
+    order = idx[np.argsort(sub, kind="stable")]
+    tt = t.take(pa.array(order))
+    submit = _seconds(tt.column("submit_time"))
+    runtime = np.maximum(_seconds(tt.column("end_time")) - _seconds(tt.column("start_time")), 0.0)
+    g = np.nan_to_num(_floats(tt.column("gpus")), nan=0.0)
+    epoch0 = float(submit[0]) if len(submit) else 0.0
+    rel = submit - epoch0
+    span = float(rel[-1]) if len(rel) else 0.0
+    cap = float(spec.capacity_gpus)
+    offered = float((g * runtime).sum())
+    natural = offered / (cap * span) if span > 0 and cap > 0 else 0.0
+    final = natural
+    if load is not None:
+        if not load > 0 or not math.isfinite(load):
+            raise ValueError("load must be a positive number")
+        if natural > 0:
+            rel = rel * (natural / load)
+            final = load
+    users_raw = [u if u is not None else "(unknown)" for u in tt.column("user").to_pylist()]
+    user_names = sorted(set(users_raw))
+    ucode = {u: i for i, u in enumerate(user_names)}
+    classes_raw = [c if c else "normal" for c in tt.column("priority_class").to_pylist()]
+    class_names = sorted(set(classes_raw)) or ["normal"]
+    ccode = {c: i for i, c in enumerate(class_names)}
+    names = tt.column("name").to_pylist()
+    nkey: dict[tuple[str, str], int] = {}
+    name_key = np.array(
+        [-1 if nm is None else nkey.setdefault((u, nm), len(nkey)) for u, nm in zip(users_raw, names, strict=True)],
+        dtype=np.int64,
+    )
+    arrays = JobArrays(
+        job_id=_objects(tt.column("job_id")),
+        user=np.array([ucode[u] for u in users_raw], dtype=np.int64),
+        group=_objects(tt.column("group")),
+        name=np.asarray(names, dtype=object),
+        name_key=name_key,
+        klass=np.array([ccode[c] for c in classes_raw], dtype=np.int64),
+        partition=_objects(tt.column("partition")),
+        submit=rel.astype(np.float64),
+        gpus=g,
+        nodes=np.maximum(np.nan_to_num(_floats(tt.column("nodes")), nan=1.0), 1).astype(np.int64),
+        time_limit=_floats(tt.column("time_limit")),
+        users=user_names,
+        classes=class_names,
+        epoch0=epoch0,
+    )
+    truth = Truth(runtime=runtime, state=_objects(tt.column("state")))
+    return arrays, truth, excluded, counts, natural, final
+
+
+def run_simulation(
+    jobs: pa.Table,
+    cluster_spec: ClusterSpec,
+    *,
+    policy: str,
+    placement: str | None = None,
+    load: float | None = None,
+    seed: int = 0,
+    predictor_factory: Callable[[], OnlinePredictor] = default_predictor_factory,
+    explain: set[str] | frozenset[str] = frozenset(),
+    include_cpu: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    policy_options: dict[str, Any] | None = None,
+    engine_options: EngineOptions | None = None,
+) -> SimResult:
+    """Replay `jobs` (JOB_SCHEMA) on the cluster under one policy.
+
+    `seed` seeds numpy's global generator for predictors that draw random numbers; the engine itself
+    is deterministic (ties break by submit order and event sequence). `progress(done, total)` is called
+    as jobs end. Raises ValueError for an unknown policy or placement, or a bad load.
+    """
+    pol = get_policy(policy, placement, **(policy_options or {}))
+    arrays, truth, excluded, counts, natural, final = prepare(
+        jobs, cluster_spec, load=load, include_cpu=include_cpu
+    )
+    np.random.seed(seed)
+    opts = engine_options or EngineOptions()
+    opts.explain = frozenset(explain)
+    opts.progress = progress
+    engine = Engine(arrays, truth, Cluster(cluster_spec), pol, predictor_factory(), opts)
+    res = engine.run()
+    res.load = final
+    res.natural_load = natural
+    res.excluded = excluded
+    res.excluded_counts = counts
+    return res

@@ -1,0 +1,151 @@
+"""Policy x load x seed grids run on Dask, and their summary (median over seeds, with the spread).
+
+Each grid cell is one `run_simulation` in a worker process; the job table goes to the workers once
+(scattered) rather than once per cell. Only the metrics dictionary comes back, never the per-job table,
+so a large grid does not flood the client's memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from headway.sim.cluster import ClusterSpec
+from headway.sim.metrics import MetricValue, compute
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One point of the grid; load None means the trace's natural arrival times."""
+
+    policy: str
+    load: float | None
+    seed: int
+
+    @property
+    def load_label(self) -> str:
+        return "natural" if self.load is None else f"{self.load:g}"
+
+
+@dataclass(frozen=True, slots=True)
+class CellResult:
+    cell: Cell
+    metrics: dict[str, MetricValue]
+
+
+def grid(policies: Sequence[str], loads: Sequence[float | None], seeds: Sequence[int]) -> list[Cell]:
+    return [Cell(p, load, s) for load, p, s in itertools.product(loads, policies, seeds)]
+
+
+def run_cell(
+    jobs: pa.Table, cluster: ClusterSpec, cell: Cell, placement: str | None, include_cpu: bool
+) -> CellResult:
+    """Run one simulation and keep only its metrics (this is what a Dask worker executes)."""
+    from headway.sim.run import run_simulation
+
+    res = run_simulation(
+        jobs,
+        cluster,
+        policy=cell.policy,
+        placement=placement,
+        load=cell.load,
+        seed=cell.seed,
+        predictor_factory=None,
+        explain=(),
+        include_cpu=include_cpu,
+        progress=None,
+    )
+    return CellResult(cell, compute(res))
+
+
+def run_grid(
+    jobs: pa.Table,
+    cluster: ClusterSpec,
+    cells: Sequence[Cell],
+    *,
+    placement: str | None = None,
+    include_cpu: bool = False,
+    scheduler: str | None = None,
+    workers: int = 2,
+    on_done: Callable[[CellResult], None] | None = None,
+) -> list[CellResult]:
+    """Run every cell on a Dask cluster (a local one with `workers` processes unless `scheduler` is given)."""
+    from dask.distributed import Client, LocalCluster, as_completed
+
+    local: LocalCluster | None = None
+    if scheduler:
+        client = Client(scheduler, timeout="10s")
+    else:
+        local = LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=50,  # logging.CRITICAL: keep worker chatter off the user's terminal
+        )
+        client = Client(local)
+    try:
+        jobs_f = client.scatter(jobs, broadcast=True)
+        futures = [
+            client.submit(run_cell, jobs_f, cluster, c, placement, include_cpu, pure=False) for c in cells
+        ]
+        results: list[CellResult] = []
+        for fut in as_completed(futures):
+            r: CellResult = fut.result()
+            results.append(r)
+            if on_done is not None:
+                on_done(r)
+        order = {c: i for i, c in enumerate(cells)}
+        results.sort(key=lambda r: order[r.cell])
+        return results
+    finally:
+        client.close()
+        if local is not None:
+            local.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Median over seeds of one metric for one policy x load, with the min and max seen."""
+
+    median: float | None
+    low: float | None
+    high: float | None
+    n: int
+
+
+def summarise(
+    results: Sequence[CellResult], names: Sequence[str]
+) -> dict[tuple[str, str], dict[str, Summary]]:
+    """(policy, load label) -> metric -> Summary over seeds, in the order the cells came."""
+    groups: dict[tuple[str, str], list[Mapping[str, MetricValue]]] = {}
+    for r in results:
+        groups.setdefault((r.cell.policy, r.cell.load_label), []).append(r.metrics)
+    out: dict[tuple[str, str], dict[str, Summary]] = {}
+    for key, ms in groups.items():
+        row: dict[str, Summary] = {}
+        for name in names:
+            vals = np.array([float(v) for m in ms if (v := m.get(name)) is not None])
+            if len(vals) == 0:
+                row[name] = Summary(None, None, None, 0)
+            else:
+                row[name] = Summary(float(np.median(vals)), float(vals.min()), float(vals.max()), len(vals))
+        out[key] = row
+    return out
+
+
+def iter_rows(summary: Mapping[tuple[str, str], Mapping[str, Summary]]) -> Iterator[dict[str, Any]]:
+    """JSON-ready rows: one per policy x load, each metric as {median, min, max, seeds}."""
+    for (policy, load), row in summary.items():
+        yield {
+            "policy": policy,
+            "load": load,
+            "metrics": {
+                k: {"median": s.median, "min": s.low, "max": s.high, "seeds": s.n} for k, s in row.items()
+            },
+        }

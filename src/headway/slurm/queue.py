@@ -1,0 +1,349 @@
+"""Reading Slurm's queue, nodes and priorities: `squeue --json` (or `squeue -O` text), `sinfo`, `sprio`.
+
+Parsers are pure functions of the command's text so they are tested on real Slurm 22.05 output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from headway.slurm.runner import Runner, SlurmError
+
+
+class ParseError(SlurmError):
+    """Slurm printed something headway cannot read; str() names the command and what was wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueJob:
+    """A pending or running job as squeue shows it (times in epoch seconds)."""
+
+    job_id: str
+    state: str  # PENDING or RUNNING
+    user: str | None
+    account: str | None
+    name: str | None
+    partition: str | None
+    qos: str | None
+    submit_time: float
+    start_time: float | None  # running jobs only
+    gpus: float  # total GPUs requested
+    nodes: int
+    time_limit: float | None  # seconds; None when unlimited
+    priority: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGpus:
+    name: str
+    gpus: int
+    used: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class SprioLine:
+    """One row of `sprio -l`: the job's priority and each factor, as Slurm computed them."""
+
+    job_id: str
+    user: str | None
+    priority: int
+    factors: dict[str, float]  # column name (lower case) -> value, e.g. site, age, fairshare, partition
+
+
+_GRES_TOTAL = re.compile(r"(?:^|,)gres/gpu=(\d+(?:\.\d+)?)")
+_GRES_SPEC = re.compile(r"gres[:/]gpu(?::[A-Za-z0-9_.-]+)?[:=](\d+)")
+_STATES = ("PENDING", "RUNNING")
+
+
+def gpus_from_tres(req: str | None, per_node: str | None, per_job: str | None, nodes: int) -> float:
+    """Total GPUs a job asks for: tres_req `gres/gpu=N` (a total), else per-job, else per-node x nodes."""
+    if req:
+        m = _GRES_TOTAL.search(req)
+        if m:
+            return float(m.group(1))
+    if per_job and per_job not in ("N/A", "(null)"):
+        total = sum(int(m) for m in _GRES_SPEC.findall(per_job))
+        if total:
+            return float(total)
+    if per_node and per_node not in ("N/A", "(null)"):
+        return float(sum(int(m) for m in _GRES_SPEC.findall(per_node)) * max(nodes, 1))
+    return 0.0
+
+
+def _none(v: object) -> str | None:
+    if v is None:
+        return None
+    s = str(v).strip()
+    return None if s in ("", "(null)", "N/A", "None") else s
+
+
+def _minutes(v: object) -> float | None:
+    """squeue --json time_limit: minutes, or null / a huge value / 'UNLIMITED' when there is none."""
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, dict):  # later Slurm versions: {"set": true, "infinite": false, "number": N}
+        if v.get("infinite") or not v.get("set", True):
+            return None
+        v = v.get("number")
+    try:
+        n = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return None if n <= 0 or n >= 4294967294 else n * 60.0
+
+
+def _epoch(v: object) -> float | None:
+    if isinstance(v, dict):
+        v = v.get("number") if v.get("set", True) else None
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        n = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return n if n > 0 else None
+
+
+def parse_squeue_json(text: str) -> list[QueueJob]:
+    """Pending and running jobs from `squeue --json` (22.05 ignores -t with --json, so filter here)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ParseError(f"squeue --json: not JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
+        raise ParseError("squeue --json: no `jobs` list in its output")
+    out: list[QueueJob] = []
+    for i, j in enumerate(doc["jobs"], start=1):
+        if not isinstance(j, dict):
+            raise ParseError(f"squeue --json: job record {i} is not an object")
+        state = j.get("job_state")
+        if isinstance(state, list):  # later versions: a list of flags
+            state = state[0] if state else None
+        if state not in _STATES:
+            continue
+        try:
+            job_id = str(j["job_id"])
+            nodes = int(j.get("node_count") or 1) if not isinstance(j.get("node_count"), dict) else 1
+            submit = _epoch(j.get("submit_time"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ParseError(f"squeue --json: job record {i}: bad or missing field {e}") from None
+        start = _epoch(j.get("start_time")) if state == "RUNNING" else None
+        prio = j.get("priority")
+        if isinstance(prio, dict):
+            prio = prio.get("number")
+        out.append(
+            QueueJob(
+                job_id=job_id,
+                state=str(state),
+                user=_none(j.get("user_name")),
+                account=_none(j.get("account")),
+                name=_none(j.get("name")),
+                partition=_none(j.get("partition")),
+                qos=_none(j.get("qos")),
+                submit_time=submit or 0.0,
+                start_time=start,
+                gpus=gpus_from_tres(
+                    _none(j.get("tres_req_str")),
+                    _none(j.get("tres_per_node")),
+                    _none(j.get("tres_per_job")),
+                    nodes,
+                ),
+                nodes=nodes,
+                time_limit=_minutes(j.get("time_limit")),
+                priority=int(prio) if isinstance(prio, int | float) else None,
+            )
+        )
+    return out
+
+
+# `squeue -O` fields for the text fallback; each ends with `|` so fields split cleanly.
+SQUEUE_FIELDS: tuple[str, ...] = (
+    "JobID",
+    "State",
+    "UserName",
+    "Account",
+    "Name",
+    "Partition",
+    "QOS",
+    "SubmitTime",
+    "StartTime",
+    "TimeLimit",
+    "NumNodes",
+    "tres-per-node",
+    "tres-per-job",
+    "PriorityLong",
+)
+
+
+def squeue_text_args() -> list[str]:
+    fmt = ",".join(f"{f}:|" for f in SQUEUE_FIELDS)
+    return ["-h", "-a", "-t", "PENDING,RUNNING", "-O", fmt]
+
+
+def parse_duration(s: str) -> float | None:
+    """Slurm's time limit text ([D-]HH:MM:SS, MM:SS, UNLIMITED) in seconds; None when unlimited."""
+    s = s.strip()
+    if not s or s.upper() in ("UNLIMITED", "INFINITE", "N/A", "NOT_SET", "PARTITION_LIMIT"):
+        return None
+    days = 0
+    if "-" in s:
+        d, s = s.split("-", 1)
+        days = int(d)
+    parts = [int(p) for p in s.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    h, m, sec = parts[-3:]
+    return float(days * 86400 + h * 3600 + m * 60 + sec)
+
+
+def _local_epoch(s: str) -> float | None:
+    s = s.strip()
+    if not s or s in ("N/A", "Unknown", "None", "(null)"):
+        return None
+    return dt.datetime.fromisoformat(s).timestamp()  # Slurm prints local time without a zone
+
+
+def parse_squeue_text(text: str) -> list[QueueJob]:
+    """Pending and running jobs from `squeue -O <SQUEUE_FIELDS>` with a `|` after each field."""
+    out: list[QueueJob] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        cells = line.split("|")
+        if len(cells) < len(SQUEUE_FIELDS):
+            raise ParseError(f"squeue -O: line {lineno}: {len(cells)} fields, expected {len(SQUEUE_FIELDS)}")
+        c = dict(zip(SQUEUE_FIELDS, (x.strip() for x in cells), strict=False))
+        if c["State"] not in _STATES:
+            continue
+        try:
+            nodes = int(c["NumNodes"] or 1)
+            prio = _none(c["PriorityLong"])
+            out.append(
+                QueueJob(
+                    job_id=c["JobID"],
+                    state=c["State"],
+                    user=_none(c["UserName"]),
+                    account=_none(c["Account"]),
+                    name=_none(c["Name"]),
+                    partition=_none(c["Partition"]),
+                    qos=_none(c["QOS"]),
+                    submit_time=_local_epoch(c["SubmitTime"]) or 0.0,
+                    start_time=_local_epoch(c["StartTime"]) if c["State"] == "RUNNING" else None,
+                    gpus=gpus_from_tres(None, _none(c["tres-per-node"]), _none(c["tres-per-job"]), nodes),
+                    nodes=nodes,
+                    time_limit=parse_duration(c["TimeLimit"]),
+                    priority=int(prio) if prio is not None else None,
+                )
+            )
+        except ValueError as e:
+            raise ParseError(f"squeue -O: line {lineno}: {e}") from None
+    return out
+
+
+def read_queue(runner: Runner) -> tuple[list[QueueJob], str]:
+    """Pending and running jobs, from `squeue --json`, or from `squeue -O` where JSON is not built in."""
+    res = runner.run("squeue", ["--json"], check=False)
+    if res.returncode == 0 and res.stdout.lstrip().startswith("{"):
+        return parse_squeue_json(res.stdout), "squeue --json"
+    if res.returncode != 0 and res.stderr:
+        from headway.slurm.runner import SlurmDown, classify
+
+        err = classify("squeue", res.returncode, res.stderr)
+        if isinstance(err, SlurmDown):
+            raise err
+    text = runner.run("squeue", squeue_text_args()).stdout
+    return parse_squeue_text(text), "squeue -O"
+
+
+SINFO_ARGS = ["-N", "-h", "-O", "NodeList:|,Gres:|,GresUsed:|,StateLong:|"]
+_GRES_COUNT = re.compile(r"gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
+
+
+def parse_sinfo(text: str) -> list[NodeGpus]:
+    """Nodes with their GPUs (from `sinfo -N -O NodeList,Gres,GresUsed,StateLong`), one per node."""
+    nodes: dict[str, NodeGpus] = {}
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        cells = [x.strip() for x in line.split("|")]
+        if len(cells) < 4:
+            raise ParseError(f"sinfo: line {lineno}: expected 4 fields")
+        name, gres, used, state = cells[:4]
+        total = sum(int(n) for n in _GRES_COUNT.findall(re.sub(r"\(.*?\)", "", gres)))
+        busy = sum(int(n) for n in _GRES_COUNT.findall(re.sub(r"\(.*?\)", "", used)))
+        nodes[name] = NodeGpus(name, total, min(busy, total), state)  # a node listed per partition once
+    return list(nodes.values())
+
+
+def parse_sprio_long(text: str) -> dict[str, SprioLine]:
+    """`sprio -l` rows keyed by job id; columns by the header line (whatever factors this site has)."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return {}
+    header = lines[0].split()
+    if not header or header[0] != "JOBID" or "PRIORITY" not in header:
+        raise ParseError("sprio -l: no JOBID ... PRIORITY header line")
+    out: dict[str, SprioLine] = {}
+    for lineno, line in enumerate(lines[1:], start=2):
+        cells = line.split()
+        if len(cells) < header.index("PRIORITY") + 1:
+            raise ParseError(f"sprio -l: line {lineno}: too few columns")
+        row = dict(zip(header, cells, strict=False))
+        factors: dict[str, float] = {}
+        for k, v in row.items():
+            if k in ("JOBID", "PARTITION", "USER", "PRIORITY", "TRES"):
+                continue
+            try:
+                factors[k.lower()] = float(v)
+            except ValueError:
+                continue
+        # The PARTITION column appears twice (name, then factor); the factor is the later numeric one.
+        part = [c for h, c in zip(header, cells, strict=False) if h == "PARTITION"]
+        if len(part) > 1:
+            with contextlib.suppress(ValueError):
+                factors["partition"] = float(part[-1])
+        try:
+            prio = int(float(row["PRIORITY"]))
+        except ValueError:
+            raise ParseError(
+                f"sprio -l: line {lineno}: PRIORITY {row['PRIORITY']!r} is not a number"
+            ) from None
+        out[row["JOBID"]] = SprioLine(row["JOBID"], row.get("USER"), prio, factors)
+    return out
+
+
+SITE_ARGS = ["-h", "-o", "%i|%S"]
+
+
+def parse_site_factors(text: str) -> dict[str, int]:
+    """Current SiteFactor per pending job, from `sprio -h -o '%i|%S'`."""
+    out: dict[str, int] = {}
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split("|")]
+        try:
+            out[cells[0]] = int(float(cells[1]))
+        except (IndexError, ValueError):
+            raise ParseError(f"sprio -o '%i|%S': line {lineno}: {line.strip()!r}") from None
+    return out
+
+
+def read_site_factors(runner: Runner, job_ids: Sequence[str] | None = None) -> dict[str, int]:
+    args = list(SITE_ARGS)
+    if job_ids:
+        args += ["-j", ",".join(job_ids)]
+    res = runner.run("sprio", args, check=False)
+    if res.returncode != 0:
+        from headway.slurm.runner import classify
+
+        if "no pending jobs" in (res.stderr + res.stdout).lower() or ("unable to find" in res.stderr.lower()):
+            return {}
+        raise classify("sprio", res.returncode, res.stderr or res.stdout)
+    return parse_site_factors(res.stdout)

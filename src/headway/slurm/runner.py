@@ -1,0 +1,100 @@
+"""Running Slurm's commands: argv lists with timeouts, and errors sorted into what a caller can act on."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+# stderr lines that mean "the controller (or daemon) did not answer": retry later, never write meanwhile.
+_DOWN = re.compile(
+    r"unable to contact slurm controller|connect(ion)? (failure|refused)|socket timed out|"
+    r"zero bytes were transmitted|slurm_persist_conn_open|unexpected message received|"
+    r"communication connection failure|slurmctld not responding|timed out",
+    re.IGNORECASE,
+)
+_DENIED = re.compile(
+    r"access/permission denied|permission denied|not authorized|only (root|slurmuser)|"
+    r"user not authorized|invalid user id|access denied",
+    re.IGNORECASE,
+)
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; str() is one line for the user."""
+
+
+class SlurmMissing(SlurmError):
+    """A Slurm command is not installed here (not a login node, or PATH lacks it)."""
+
+
+class SlurmDenied(SlurmError):
+    """Slurm refused: the user may not do this (SiteFactor needs root or SlurmUser)."""
+
+
+class SlurmDown(SlurmError):
+    """The controller did not answer; the caller backs off and retries, and writes nothing meanwhile."""
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def classify(cmd: str, returncode: int, stderr: str) -> SlurmError:
+    """The error to raise for a failed command, from its stderr."""
+    lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
+    first = lines[0] if lines else f"exit status {returncode}"
+    if _DENIED.search(stderr):
+        return SlurmDenied(
+            f"{cmd}: not permitted: {first} (updating SiteFactor needs root or Slurm's SlurmUser)"
+        )
+    if _DOWN.search(stderr):
+        return SlurmDown(f"{cmd}: slurmctld is not answering: {first}")
+    return SlurmError(f"{cmd} failed: {first}")
+
+
+@dataclass
+class Runner:
+    """Runs Slurm commands; `env` lets tests point at a private cluster (SLURM_CONF)."""
+
+    timeout_s: float = 30.0
+    env: Mapping[str, str] | None = None
+
+    def which(self, cmd: str) -> str:
+        path = (self.env or os.environ).get("PATH")
+        exe = shutil.which(cmd, path=path)
+        if exe is None:
+            raise SlurmMissing(
+                f"{cmd} not found on PATH: run headway slurm on a Slurm login node "
+                "(it needs squeue, sacct, sprio and scontrol)"
+            )
+        return exe
+
+    def run(self, cmd: str, args: Sequence[str], *, check: bool = True) -> Result:
+        """Run `cmd args...`; with check, a non-zero exit raises the classified SlurmError."""
+        argv = (self.which(cmd), *args)
+        try:
+            proc = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=self.timeout_s,
+                check=False,
+                env=dict(self.env) if self.env is not None else None,
+            )
+        except subprocess.TimeoutExpired:
+            raise SlurmDown(f"{cmd}: no answer within {self.timeout_s:.0f} s") from None
+        except OSError as e:
+            raise SlurmError(f"cannot run {cmd}: {e.strerror}") from e
+        res = Result(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+        if check and proc.returncode != 0:
+            raise classify(cmd, proc.returncode, proc.stderr or proc.stdout)
+        return res

@@ -1,0 +1,574 @@
+"""One sync pass: read Slurm's queue and new history, predict, rank with the policy core, write SiteFactors.
+
+The pass is all-or-nothing on its inputs: if any read fails (slurmctld down, sacct failing), nothing is
+written, and values are never computed from an older pass's data. `SlurmSync.run_pass` never raises for
+Slurm trouble; the loop (`run_loop`) backs off and retries, so it survives a controller restart.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from headway.policy.snapshot import FULL_SHARE, ClusterView, PendingJobs, Ranking, RunningJobs, Snapshot
+from headway.predict.api import EndedJob, OnlinePredictor, Predictions, SubmittedJob
+from headway.schema import OUTCOME_OF, JobRecord, Outcome
+from headway.slurm.queue import SINFO_ARGS, NodeGpus, QueueJob, parse_sinfo, read_queue, read_site_factors
+from headway.slurm.runner import Runner, SlurmDenied, SlurmDown, SlurmError, SlurmMissing
+from headway.slurm.sitefactor import ApplyReport, Change, FactorRange, apply_changes, map_ranks, plan_changes
+
+HALF_LIFE_S = 7 * 86400.0  # Slurm's default PriorityDecayHalfLife, for fair-share usage
+HISTORY_MARGIN_S = 600.0  # re-read this much before the last history read (late accounting records)
+
+PredictorFactory = Callable[[], OnlinePredictor]
+
+
+@dataclass(frozen=True, slots=True)
+class SyncOptions:
+    rng: FactorRange = field(default_factory=lambda: FactorRange(0, 100000))
+    apply: bool = False
+    db: Path | None = None  # job store; None: the default store
+    source: str = "sacct"  # the store's source name for this cluster (as `ingest --from-slurm`)
+    since: str = "30d"  # first history read, when the store has none of this cluster's jobs
+    policy: str = "impact"
+    max_age_s: float = 60.0  # inputs older than this at write time are stale: write nothing
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRow:
+    """One pending job's place in headway's order and the SiteFactor that follows from it."""
+
+    job_id: str
+    user: str | None
+    name: str | None
+    gpus: float
+    rank: int  # 1-based
+    tier: str
+    score: float
+    factors: dict[str, float]
+    reason: str
+    current: int | None  # SiteFactor in Slurm now (None: unknown)
+    target: int
+
+
+@dataclass(slots=True)
+class Plan:
+    read_at: float  # wall time the queue was read
+    queue_source: str
+    pending: int
+    running: int
+    history_new: int
+    history_total: int
+    rows: list[PlanRow]
+    skipped_cpu_only: list[str]
+    changes: list[Change]
+
+
+@dataclass(slots=True)
+class PassReport:
+    seq: int
+    at: float
+    ok: bool
+    dry_run: bool
+    error: str | None = None
+    plan: Plan | None = None
+    applied: list[Change] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    commands: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        p = self.plan
+        return {
+            "pass": self.seq,
+            "at": dt.datetime.fromtimestamp(self.at, dt.UTC).isoformat(),
+            "ok": self.ok,
+            "dry_run": self.dry_run,
+            "error": self.error,
+            "queue_source": p.queue_source if p else None,
+            "pending": p.pending if p else None,
+            "running": p.running if p else None,
+            "history_new": p.history_new if p else None,
+            "jobs": [
+                {
+                    "job_id": r.job_id,
+                    "user": r.user,
+                    "name": r.name,
+                    "gpus": r.gpus,
+                    "rank": r.rank,
+                    "tier": r.tier,
+                    "score": r.score,
+                    "factors": r.factors,
+                    "site_factor_now": r.current,
+                    "site_factor_planned": r.target,
+                }
+                for r in (p.rows if p else [])
+            ],
+            "skipped_cpu_only": p.skipped_cpu_only if p else [],
+            "planned_changes": len(p.changes) if p else 0,
+            "unchanged": (len(p.rows) - len(p.changes)) if p else 0,
+            "applied": [{"job_id": c.job_id, "old": c.old, "new": c.new} for c in self.applied],
+            "failed": self.failed,
+            "scontrol_calls": self.commands,
+        }
+
+
+def rank_jobs(snapshot: Snapshot, policy: str) -> Ranking:
+    """The one call into the scheduling core: the same `rank` the simulator and local queue use."""
+    from headway.policy import get_policy
+
+    return get_policy(policy).rank(snapshot)
+
+
+def default_predictor() -> OnlinePredictor:
+    """The project's online predictor (predict/online.py), cold-started and fed by the sync loop.
+
+    Where that module is not installed, the predictor's own cold-start path (predict/features.py's
+    rolling smoothed rates and medians) stands in, so a sync still ranks on real history.
+    """
+    import importlib
+
+    try:
+        online = importlib.import_module("headway.predict.online")
+    except ImportError:
+        return ColdStartPredictor()
+    for name in ("make_online_predictor", "OnlineModel", "OnlinePredictorImpl", "Online", "LivePredictor"):
+        factory = getattr(online, name, None)
+        if callable(factory):
+            predictor: OnlinePredictor = factory()
+            return predictor
+    return ColdStartPredictor()
+
+
+class ColdStartPredictor:
+    """Predictions from features.RollingState alone: smoothed success rates and running medians."""
+
+    def __init__(self) -> None:
+        from headway.predict.features import H, RollingState
+
+        self.state = RollingState()
+        self.h = H
+
+    def predict(self, jobs: Sequence[SubmittedJob], now: float) -> Predictions:
+        h, n = self.h, len(jobs)
+        p, rt, p90, ttf = (np.empty(n) for _ in range(4))
+        for i, j in enumerate(jobs):
+            row = self.state.peek_row(j.user, j.group, j.name, j.gpus, now)
+
+            def first(*keys: str, row: tuple[float, ...] = row) -> float:
+                for k in keys:
+                    v = row[h[k]]
+                    if v == v:  # not NaN
+                        return float(v)
+                return math.nan
+
+            named = row[h["name_jobs_ended"]] > 0
+            p[i] = row[h["name_success_rate"]] if named else row[h["user_success_rate"]]
+            med = first("name_log_runtime_median", "user_log_runtime_median", "global_log_runtime_median")
+            hi = first("name_log_runtime_p90", "user_log_runtime_p90")
+            fail = first("name_log_ttf_median", "user_log_ttf_median", "global_log_ttf_median")
+            limit = j.time_limit if j.time_limit else 3600.0
+            rt[i] = math.exp(med) if med == med else limit
+            p90[i] = max(math.exp(hi), rt[i]) if hi == hi else rt[i]
+            ttf[i] = math.exp(fail) if fail == fail else rt[i]
+        return Predictions(p, rt, p90, ttf)
+
+    def observe_end(self, ended: EndedJob) -> None:
+        j = ended.job
+        self.state.observe_end(j.user, j.group, j.name, j.gpus, ended.start_time, ended.end_time, ended.state)
+
+    def maybe_retrain(self, now: float) -> bool:
+        return False
+
+
+def _epoch(t: dt.datetime | None) -> float | None:
+    return None if t is None else t.timestamp()
+
+
+def submitted_from_record(r: JobRecord) -> SubmittedJob:
+    return SubmittedJob(
+        job_id=r.job_id,
+        user=r.user,
+        group=r.group,
+        name=r.name,
+        partition=r.partition,
+        priority_class=r.priority_class,
+        submit_time=_epoch(r.submit_time) or 0.0,
+        gpus=float(r.gpus or 0.0),
+        nodes=int(r.nodes or 1),
+        time_limit=float(r.time_limit) if r.time_limit is not None else None,
+    )
+
+
+def submitted_from_queue(j: QueueJob) -> SubmittedJob:
+    return SubmittedJob(
+        job_id=j.job_id,
+        user=j.user,
+        group=j.account,
+        name=j.name,
+        partition=j.partition,
+        priority_class=j.qos,
+        submit_time=j.submit_time,
+        gpus=j.gpus,
+        nodes=j.nodes,
+        time_limit=j.time_limit,
+    )
+
+
+class History:
+    """Ended jobs of this cluster: what the store had, plus what sacct reported since (incremental)."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, JobRecord] = {}
+        self.next_since: dt.datetime | None = None
+
+    def load_store(self, db: Path | None, source: str) -> None:
+        from headway.schema import table_to_records
+        from headway.store import JobStore, StoreError, default_db_path
+
+        path = db if db is not None else default_db_path()
+        if not Path(path).exists():
+            return
+        try:
+            with JobStore(path, read_only=True) as store:
+                table = store.table("source = ? AND end_time IS NOT NULL", [source])
+        except StoreError as e:
+            raise SlurmError(str(e)) from e
+        for r in table_to_records(table):
+            self.jobs[r.job_id] = r
+        ends = [r.end_time for r in self.jobs.values() if r.end_time is not None]
+        if ends:
+            self.next_since = max(ends) - dt.timedelta(seconds=HISTORY_MARGIN_S)
+
+    def fetch(self, runner: Runner, since: str, source: str, now: float) -> list[JobRecord]:
+        """New or changed ended jobs from `sacct -a -X -P` since the last read; the reader is traces/sacct."""
+        from headway.traces.base import BadInputError, ReadOptions
+        from headway.traces.sacct import READER, parse_since, sacct_command
+
+        start = self.next_since
+        if start is None:
+            try:
+                start = parse_since(since)
+            except (BadInputError, ValueError) as e:
+                raise SlurmError(f"--since: {e}") from e
+        argv = sacct_command(start.astimezone(), sacct="sacct")
+        res = runner.run("sacct", argv[1:])
+        with tempfile.TemporaryDirectory(prefix="headway-sync-") as tmp:
+            path = Path(tmp) / "sacct.txt"
+            path.write_text(res.stdout)
+            if not res.stdout.strip():
+                records: list[JobRecord] = []
+            else:
+                from headway.schema import table_to_records
+
+                try:
+                    result = READER.read(path, ReadOptions(source=source))
+                except BadInputError as e:
+                    raise SlurmError(f"sacct output: {e}") from e
+                records = table_to_records(result.table)
+        new = []
+        for r in records:
+            if r.end_time is None or OUTCOME_OF[r.state] is Outcome.UNFINISHED:
+                continue
+            old = self.jobs.get(r.job_id)
+            if old is None or old != r:
+                self.jobs[r.job_id] = r
+                new.append(r)
+        self.next_since = dt.datetime.fromtimestamp(now - HISTORY_MARGIN_S, dt.UTC)
+        return new
+
+
+def fail_streaks(history: Sequence[JobRecord]) -> dict[tuple[str | None, str | None], int]:
+    """Per (user, name): failures in a row at the end of its history, with no success since."""
+    streak: dict[tuple[str | None, str | None], int] = {}
+    for r in sorted(history, key=lambda r: (r.end_time is None, r.end_time)):
+        key = (r.user, r.name)
+        outcome = OUTCOME_OF[r.state]
+        if outcome is Outcome.SUCCESS:
+            streak[key] = 0
+        elif outcome is Outcome.WASTE:
+            streak[key] = streak.get(key, 0) + 1
+    return streak
+
+
+def decayed_usage(history: Sequence[JobRecord], running: Sequence[QueueJob], now: float) -> dict[str, float]:
+    """GPU-seconds per user, halved every HALF_LIFE_S (Slurm-style decay), running jobs included."""
+    usage: dict[str, float] = {}
+    for r in history:
+        rt, end = r.runtime, _epoch(r.end_time)
+        if r.user is None or rt is None or end is None:
+            continue
+        usage[r.user] = usage.get(r.user, 0.0) + float(r.gpus or 0.0) * max(rt, 0.0) * math.exp2(
+            -max(now - end, 0.0) / HALF_LIFE_S
+        )
+    for j in running:
+        if j.user is not None and j.start_time is not None:
+            usage[j.user] = usage.get(j.user, 0.0) + j.gpus * max(now - j.start_time, 0.0)
+    return usage
+
+
+def build_snapshot(
+    pending: Sequence[QueueJob],
+    running: Sequence[QueueJob],
+    nodes: Sequence[NodeGpus],
+    pred_pending: Predictions,
+    pred_running: Predictions,
+    history: Sequence[JobRecord],
+    now: float,
+    seq: int,
+) -> Snapshot:
+    """The policy core's read-only view of a live Slurm cluster (racks unknown: one rack)."""
+    from headway.policy.placement import max_nodes_for
+
+    users = sorted({j.user or "" for j in (*pending, *running)} | {r.user or "" for r in history})
+    uidx = {u: i for i, u in enumerate(users)}
+    classes = sorted({j.qos or "normal" for j in (*pending, *running)}) or ["normal"]
+    cidx = {c: i for i, c in enumerate(classes)}
+    node_gpus = np.array([n.gpus for n in nodes], dtype=np.int64)
+    max_gpus = int(node_gpus.max()) if len(node_gpus) else 0
+    share = np.full((len(nodes), max(max_gpus, 1)), -1, dtype=np.int64)
+    owner = np.full_like(share, -2)
+    for i, n in enumerate(nodes):
+        share[i, : n.gpus] = 0
+        share[i, : n.gpus - n.used] = FULL_SHARE
+        owner[i, : n.gpus - n.used] = -1
+    free = np.array([n.gpus - n.used for n in nodes], dtype=np.int64)
+    view = ClusterView(share, free, owner, node_gpus, np.zeros(len(nodes), dtype=np.int64), 1)
+
+    def limit(js: Sequence[QueueJob]) -> np.ndarray:
+        return np.array([j.time_limit if j.time_limit is not None else np.nan for j in js], dtype=np.float64)
+
+    streaks = fail_streaks(history)
+    usage = decayed_usage(history, running, now)
+    pend = PendingJobs(
+        key=np.arange(len(pending), dtype=np.int64),
+        job_id=np.array([j.job_id for j in pending], dtype=object),
+        user=np.array([uidx[j.user or ""] for j in pending], dtype=np.int64),
+        klass=np.array([cidx[j.qos or "normal"] for j in pending], dtype=np.int64),
+        submit=np.array([j.submit_time for j in pending], dtype=np.float64),
+        gpus=np.array([j.gpus for j in pending], dtype=np.float64),
+        max_nodes=np.array([max_nodes_for(j.gpus, j.nodes, max_gpus) for j in pending], dtype=np.int64),
+        time_limit=limit(pending),
+        p_success=np.asarray(pred_pending.p_success, dtype=np.float64),
+        runtime=np.asarray(pred_pending.runtime, dtype=np.float64),
+        runtime_p90=np.asarray(pred_pending.runtime_p90, dtype=np.float64),
+        time_to_failure=np.asarray(pred_pending.time_to_failure, dtype=np.float64),
+        attained=np.zeros(len(pending), dtype=np.float64),
+        last_stop=np.array([j.submit_time for j in pending], dtype=np.float64),
+        fail_streak=np.array([streaks.get((j.user, j.name), 0) for j in pending], dtype=np.int64),
+    )
+    run = RunningJobs(
+        key=np.arange(len(pending), len(pending) + len(running), dtype=np.int64),
+        job_id=np.array([j.job_id for j in running], dtype=object),
+        user=np.array([uidx[j.user or ""] for j in running], dtype=np.int64),
+        klass=np.array([cidx[j.qos or "normal"] for j in running], dtype=np.int64),
+        gpus=np.array([j.gpus for j in running], dtype=np.float64),
+        start=np.array([j.start_time or now for j in running], dtype=np.float64),
+        time_limit=limit(running),
+        runtime=np.asarray(pred_running.runtime, dtype=np.float64),
+        runtime_p90=np.asarray(pred_running.runtime_p90, dtype=np.float64),
+        attained=np.zeros(len(running), dtype=np.float64),
+        preemptible=np.zeros(len(running), dtype=bool),
+    )
+    n_users = max(len(users), 1)
+    return Snapshot(
+        now=now,
+        seq=seq,
+        pending=pend,
+        running=run,
+        cluster=view,
+        users=users,
+        classes=classes,
+        usage=np.array([usage.get(u, 0.0) for u in users], dtype=np.float64),
+        shares=np.full(len(users), 1.0 / n_users, dtype=np.float64),
+    )
+
+
+class SlurmSync:
+    """Keeps the predictor and history between passes; each pass reads Slurm afresh."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        options: SyncOptions,
+        predictor_factory: PredictorFactory | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.runner = runner
+        self.options = options
+        self.clock = clock
+        self.history = History()
+        self.predictor = (predictor_factory or default_predictor)()
+        self.fed: set[str] = set()
+        self.seq = 0
+        self._store_loaded = False
+
+    def _feed(self, now: float) -> None:
+        """Tell the predictor about ended jobs it has not seen, in end order, strictly before now."""
+        todo = [
+            r
+            for r in self.history.jobs.values()
+            if r.job_id not in self.fed and r.end_time is not None and r.end_time.timestamp() < now
+        ]
+        todo.sort(key=lambda r: (r.end_time, r.job_id))
+        for r in todo:
+            self.predictor.observe_end(
+                EndedJob(
+                    job=submitted_from_record(r),
+                    start_time=_epoch(r.start_time) or _epoch(r.end_time) or 0.0,
+                    end_time=_epoch(r.end_time) or 0.0,
+                    state=r.state.value,
+                )
+            )
+            self.fed.add(r.job_id)
+        self.predictor.maybe_retrain(now)
+
+    def _store_new(self, records: Sequence[JobRecord]) -> None:
+        from headway.schema import records_to_table
+        from headway.store import JobStore, StoreError
+
+        if not records:
+            return
+        try:
+            with JobStore(self.options.db) as store:
+                n = store.upsert(records_to_table(records))
+                store.record_ingest("headway slurm sync", "sacct", self.options.source, len(records), n, 0)
+        except StoreError as e:
+            raise SlurmError(str(e)) from e
+
+    def plan(self) -> Plan:
+        """Read everything, predict and rank; raises SlurmError when any input cannot be read."""
+        opts = self.options
+        if not self._store_loaded:
+            self.history.load_store(opts.db, opts.source)
+            self._store_loaded = True
+        read_at = self.clock()
+        jobs, queue_source = read_queue(self.runner)
+        nodes = parse_sinfo(self.runner.run("sinfo", SINFO_ARGS).stdout)
+        new = self.history.fetch(self.runner, opts.since, opts.source, read_at)
+        current = read_site_factors(self.runner)
+        now = self.clock()
+        self._feed(now)
+        if opts.apply:
+            self._store_new(new)
+        pending_all = sorted(
+            (j for j in jobs if j.state == "PENDING"), key=lambda j: (j.submit_time, j.job_id)
+        )
+        running = [j for j in jobs if j.state == "RUNNING"]
+        pending = [j for j in pending_all if j.gpus > 0]
+        skipped = [j.job_id for j in pending_all if j.gpus <= 0]
+        self.seq += 1
+        rows: list[PlanRow] = []
+        if pending:
+            preds = self.predictor.predict([submitted_from_queue(j) for j in pending], now)
+            pred_run = self.predictor.predict([submitted_from_queue(j) for j in running], now)
+            snap = build_snapshot(
+                pending, running, nodes, preds, pred_run, list(self.history.jobs.values()), now, self.seq
+            )
+            ranking = rank_jobs(snap, opts.policy)
+            order_ids = [str(ranking.job_id[int(i)]) for i in ranking.order]
+            target = map_ranks(order_ids, opts.rng)
+            for rank, pos in enumerate(ranking.order, start=1):
+                p = int(pos)
+                j = pending[p]
+                rows.append(
+                    PlanRow(
+                        job_id=j.job_id,
+                        user=j.user,
+                        name=j.name,
+                        gpus=j.gpus,
+                        rank=rank,
+                        tier=ranking.tier_names[int(ranking.tier[p])],
+                        score=float(ranking.score[p]),
+                        factors={k: float(v[p]) for k, v in ranking.factors.items()},
+                        reason=ranking.reason(p),
+                        current=current.get(j.job_id),
+                        target=target[j.job_id],
+                    )
+                )
+        changes = plan_changes(
+            {r.job_id: r.target for r in rows}, {r.job_id: r.current for r in rows if r.current is not None}
+        )
+        return Plan(
+            read_at=read_at,
+            queue_source=queue_source,
+            pending=len(pending_all),
+            running=len(running),
+            history_new=len(new),
+            history_total=len(self.history.jobs),
+            rows=rows,
+            skipped_cpu_only=skipped,
+            changes=changes,
+        )
+
+    def run_pass(self) -> PassReport:
+        """One pass; Slurm trouble ends up in the report (ok=False), never as an exception."""
+        at = self.clock()
+        report = PassReport(seq=self.seq + 1, at=at, ok=False, dry_run=not self.options.apply)
+        try:
+            plan = self.plan()
+        except (SlurmMissing, SlurmDenied):
+            raise
+        except SlurmError as e:
+            report.error = str(e)
+            return report
+        report.seq = self.seq
+        report.plan = plan
+        if not self.options.apply or not plan.changes:
+            report.ok = True
+            return report
+        age = self.clock() - plan.read_at
+        if age > self.options.max_age_s:
+            report.error = (
+                f"queue read {age:.0f} s ago (over {self.options.max_age_s:.0f} s): stale, wrote nothing"
+            )
+            return report
+        applied: ApplyReport = apply_changes(self.runner, plan.changes)
+        report.applied, report.failed, report.commands = applied.applied, applied.failed, applied.commands
+        report.ok = applied.aborted is None
+        report.error = applied.aborted
+        return report
+
+
+def run_loop(
+    sync: SlurmSync,
+    interval_s: float,
+    on_report: Callable[[PassReport], None],
+    stop: threading.Event | None = None,
+    max_passes: int | None = None,
+) -> int:
+    """Pass after pass; after a failed pass wait interval x 2^k (k failures in a row, capped at 8x)."""
+    stop = stop or threading.Event()
+    passes = 0
+    failures = 0
+    while not stop.is_set():
+        report = sync.run_pass()
+        passes += 1
+        on_report(report)
+        failures = 0 if report.ok else failures + 1
+        if max_passes is not None and passes >= max_passes:
+            break
+        wait = interval_s * (2 ** min(failures, 3)) if failures else interval_s
+        stop.wait(wait)
+    return passes
+
+
+__all__ = [
+    "History",
+    "PassReport",
+    "Plan",
+    "PlanRow",
+    "SlurmDown",
+    "SlurmSync",
+    "SyncOptions",
+    "build_snapshot",
+    "rank_jobs",
+    "run_loop",
+]

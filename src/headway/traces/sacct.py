@@ -1,0 +1,410 @@
+"""Slurm `sacct -a -X -P -o ...` output (pipe-separated, header line first), and running sacct itself.
+
+Columns are found by the header, in any order and any case; see docs/sacct.md for the fields to ask for.
+Naive times are in the machine's local time zone (where sacct ran) unless `--tz` says otherwise.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from headway.schema import State
+from headway.traces import tabular as tb
+from headway.traces.base import BadInputError, ReadOptions, ReadResult
+
+# The fields `headway ingest --from-slurm` asks for, and docs/sacct.md recommends.
+SACCT_FIELDS: tuple[str, ...] = (
+    "JobID",
+    "JobName",
+    "User",
+    "Account",
+    "Partition",
+    "QOS",
+    "State",
+    "ExitCode",
+    "Submit",
+    "Start",
+    "End",
+    "ElapsedRaw",
+    "TimelimitRaw",
+    "AllocTRES",
+    "ReqTRES",
+    "NNodes",
+    "AllocCPUS",
+    "ReqMem",
+)
+
+TIME_FORMATS = ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S")
+
+# sacct's long state names (first word of the State column) and squeue-style short codes.
+STATE_MAP: dict[str, State] = {
+    "COMPLETED": State.COMPLETED,
+    "CD": State.COMPLETED,
+    "FAILED": State.FAILED,
+    "F": State.FAILED,
+    "SPECIAL_EXIT": State.FAILED,
+    "SE": State.FAILED,
+    "TIMEOUT": State.TIMEOUT,
+    "TO": State.TIMEOUT,
+    "DEADLINE": State.TIMEOUT,
+    "DL": State.TIMEOUT,
+    "CANCELLED": State.CANCELLED,
+    "CANCELLED+": State.CANCELLED,
+    "CA": State.CANCELLED,
+    "REVOKED": State.CANCELLED,
+    "RV": State.CANCELLED,
+    "OUT_OF_MEMORY": State.OUT_OF_MEMORY,
+    "OUT_OF_ME+": State.OUT_OF_MEMORY,
+    "OOM": State.OUT_OF_MEMORY,
+    "NODE_FAIL": State.NODE_FAIL,
+    "NF": State.NODE_FAIL,
+    "BOOT_FAIL": State.NODE_FAIL,
+    "BF": State.NODE_FAIL,
+    "PREEMPTED": State.PREEMPTED,
+    "PR": State.PREEMPTED,
+    "RUNNING": State.RUNNING,
+    "R": State.RUNNING,
+    "COMPLETING": State.RUNNING,
+    "CG": State.RUNNING,
+    "SUSPENDED": State.RUNNING,
+    "S": State.RUNNING,
+    "STOPPED": State.RUNNING,
+    "ST": State.RUNNING,
+    "RESIZING": State.RUNNING,
+    "SIGNALING": State.RUNNING,
+    "STAGE_OUT": State.RUNNING,
+    "PENDING": State.PENDING,
+    "PD": State.PENDING,
+    "REQUEUED": State.PENDING,
+    "RQ": State.PENDING,
+    "REQUEUE_FED": State.PENDING,
+    "REQUEUE_HOLD": State.PENDING,
+}
+
+
+class SacctReader:
+    name = "sacct"
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        fields = tb.head_fields(head, "|")
+        return len(fields) >= 2 and ("jobid" in fields or "jobidraw" in fields)
+
+    def read(self, path: Path, options: ReadOptions) -> ReadResult:
+        tz = tb.check_tz(options.tz) if options.tz else tb.local_tz_name()
+        raw = tb.read_delimited(path, "|", quoting=False, progress=options.progress)
+        job_id_raw = raw.get("JobID", "JobIDRaw")
+        state_raw = raw.get("State")
+        if job_id_raw is None or state_raw is None:
+            lacking = "JobID" if job_id_raw is None else "State"
+            raise BadInputError(
+                f"{path}: not sacct -P output: the header has no {lacking} column "
+                f"(found {', '.join(raw.header[:8]) or 'nothing'})"
+            )
+        f = tb.Frame(raw, trim=False)  # sacct -P never pads its fields
+        provided: set[str] = {"job_id", "state"}
+        job_id = f.text(job_id_raw)
+        f.skip = pc.fill_null(tb.is_step_id(job_id), False).to_numpy(zero_copy_only=False).copy()
+        steps = int(f.skip.sum())
+        f.flag(pc.is_null(job_id), "JobID: empty")
+
+        words = tb.first_word_upper(f.text(state_raw))
+        f.flag(pc.is_null(words), "State: empty")
+        state = f.states(words, STATE_MAP, "State")
+        cols: dict[str, pa.Array] = {"job_id": job_id, "state": state}
+
+        for field_name, names in (
+            ("name", ("JobName",)),
+            ("user", ("User",)),
+            ("group", ("Account",)),
+            ("partition", ("Partition",)),
+            ("priority_class", ("QOS",)),
+        ):
+            v = raw.get(*names)
+            if v is not None:
+                cols[field_name] = f.text(v)
+                provided.add(field_name)
+
+        for field_name, col in (("submit_time", "Submit"), ("start_time", "Start"), ("end_time", "End")):
+            v = raw.get(col)
+            if v is not None:
+                cols[field_name] = f.timestamp(v, col, TIME_FORMATS, tz)
+                provided.add(field_name)
+
+        elapsed = self._elapsed(f, raw)
+        if "end_time" not in cols and "start_time" in cols and elapsed is not None:
+            # No End column: a job that ended did so Elapsed after it started.
+            ended = pc.is_in(state, value_set=pa.array([s.value for s in _ENDED]))
+            end_us = pc.add(cols["start_time"].cast(pa.int64()), pc.multiply(elapsed, 1_000_000))
+            cols["end_time"] = pc.if_else(ended, end_us, pa.scalar(None, pa.int64())).cast(
+                pa.timestamp("us", tz="UTC")
+            )
+            provided.add("end_time")
+
+        limit = self._time_limit(f, raw)
+        if limit is not None:
+            cols["time_limit"] = limit
+            provided.add("time_limit")
+
+        exit_raw = raw.get("ExitCode")
+        if exit_raw is not None:
+            cols["exit_code"] = self._exit_code(f, exit_raw)
+            provided.add("exit_code")
+
+        alloc = raw.get("AllocTRES")
+        req = raw.get("ReqTRES")
+        alloc_kv = tb.explode_pairs(f.text(alloc)) if alloc is not None else None
+        req_kv = tb.explode_pairs(f.text(req)) if req is not None else None
+        if alloc_kv is not None or req_kv is not None:
+            cols["gpus"] = self._gpus(f.n, alloc_kv, req_kv)
+            provided.add("gpus")
+
+        nodes = self._first_positive(
+            f,
+            [("NNodes", raw.get("NNodes", "AllocNodes")), ("ReqNodes", raw.get("ReqNodes"))],
+            [alloc_kv, req_kv],
+            "node",
+        )
+        if nodes is not None:
+            cols["nodes"] = nodes
+            provided.add("nodes")
+        cpus = self._first_positive(
+            f,
+            [("AllocCPUS", raw.get("AllocCPUS", "NCPUS")), ("ReqCPUS", raw.get("ReqCPUS"))],
+            [alloc_kv, req_kv],
+            "cpu",
+        )
+        if cpus is not None:
+            cols["cpus"] = cpus
+            provided.add("cpus")
+        mem = self._mem(f, raw.get("ReqMem"), cpus, nodes, req_kv, alloc_kv)
+        if mem is not None:
+            cols["mem_mb"] = mem
+            provided.add("mem_mb")
+
+        table, sink = f.finish(cols, options, self.name)
+        notes = []
+        if steps:
+            notes.append(f"skipped {steps} job-step lines (N.batch, N.0, ...); use `sacct -X` to omit them")
+        return tb.result(table, self.name, f, sink, provided, notes)
+
+    @staticmethod
+    def _elapsed(f: tb.Frame, raw: tb.RawColumns) -> pa.Array | None:
+        v = raw.get("ElapsedRaw")
+        if v is not None:
+            return f.integer(v, "ElapsedRaw")
+        v = raw.get("Elapsed")
+        return tb.duration_seconds(f, v, "Elapsed") if v is not None else None
+
+    @staticmethod
+    def _time_limit(f: tb.Frame, raw: tb.RawColumns) -> pa.Array | None:
+        v = raw.get("TimelimitRaw")
+        if v is not None:
+            minutes = f.integer(v, "TimelimitRaw", nulls=(*tb.NULL_WORDS, "UNLIMITED", "Partition_Limit"))
+            return pc.multiply(minutes, 60)
+        v = raw.get("Timelimit")
+        return tb.duration_seconds(f, v, "Timelimit") if v is not None else None
+
+    @staticmethod
+    def _exit_code(f: tb.Frame, values: pa.Array) -> pa.Array:
+        """ExitCode `CODE:SIGNAL` -> CODE; jobs killed by a signal are counted in a note."""
+        s = f.text(values)
+        enc = pc.dictionary_encode(s)
+        parts = pc.extract_regex(enc.dictionary, r"^(?P<code>[0-9]{1,9})(?::(?P<sig>[0-9]{1,9}))?$")
+        bad_d = pc.and_(pc.is_valid(enc.dictionary), pc.is_null(parts))
+        f.flag(pc.take(bad_d, enc.indices), "ExitCode: expected CODE:SIGNAL", values)
+        code = pc.take(pc.struct_field(parts, "code").cast(pa.int32()), enc.indices)
+        sig = pc.struct_field(parts, "sig")
+        sig_d = pc.fill_null(pc.and_(pc.not_equal(sig, ""), pc.not_equal(sig, "0")), False)
+        signalled = pc.fill_null(pc.take(sig_d, enc.indices), False).to_numpy(zero_copy_only=False)
+        n_sig = int((signalled & ~f.skip).sum())
+        if n_sig:
+            f.notes.append(
+                f"{n_sig} jobs ended by a signal (ExitCode CODE:SIGNAL with SIGNAL > 0); exit_code keeps CODE"
+            )
+        return code
+
+    @staticmethod
+    def _gpus(n: int, alloc: tb.KeyValues | None, req: tb.KeyValues | None) -> pa.Array:
+        """GPUs from AllocTRES, else ReqTRES (pending jobs); untyped gres/gpu wins over typed ones."""
+
+        def count(kv: tb.KeyValues) -> tuple[np.ndarray, np.ndarray]:
+            untyped, has_untyped = tb.sum_where(kv, pc.equal(kv.key, "gres/gpu"))
+            typed, has_typed = tb.sum_where(kv, pc.starts_with(kv.key, "gres/gpu:"))
+            return np.where(has_untyped, untyped, typed), has_untyped | has_typed
+
+        gpus = np.zeros(n, dtype=np.float64)
+        found = np.zeros(n, dtype=bool)
+        for kv in (alloc, req):
+            if kv is None:
+                continue
+            g, hit = count(kv)
+            take = hit & ~found
+            gpus[take] = g[take]
+            found |= hit
+        # A TRES string without any GPU means the job asked for none: 0, not unknown.
+        return pa.array(gpus, pa.float64())
+
+    @staticmethod
+    def _first_positive(
+        f: tb.Frame,
+        columns: list[tuple[str, pa.Array | None]],
+        tres: list[tb.KeyValues | None],
+        key: str,
+    ) -> pa.Array | None:
+        """The first positive value among sacct columns, then AllocTRES/ReqTRES `key=`; None if no source."""
+        out = np.zeros(f.n, dtype=np.float64)
+        found = np.zeros(f.n, dtype=bool)
+        any_source = False
+        for label, v in columns:
+            if v is None:
+                continue
+            any_source = True
+            vals = f.integer(v, label)
+            arr = pc.fill_null(vals, 0).to_numpy(zero_copy_only=False)
+            take = (arr > 0) & ~found
+            out[take] = arr[take]
+            found |= arr > 0
+        for kv in tres:
+            if kv is None:
+                continue
+            any_source = True
+            vals, hit = tb.sum_where(kv, pc.equal(kv.key, key))
+            take = hit & (vals > 0) & ~found
+            out[take] = vals[take]
+            found |= take
+        if not any_source:
+            return None
+        return tb.masked(out, found, pa.int64())
+
+    @staticmethod
+    def _mem(
+        f: tb.Frame,
+        req_mem: pa.Array | None,
+        cpus: pa.Array | None,
+        nodes: pa.Array | None,
+        req_kv: tb.KeyValues | None,
+        alloc_kv: tb.KeyValues | None,
+    ) -> pa.Array | None:
+        """Memory in MB: ReqMem (`4000M`, `62.50G`, old `4000Mc` per CPU / `4000Mn` per node), else TRES mem."""
+        out = np.zeros(f.n, dtype=np.float64)
+        found = np.zeros(f.n, dtype=bool)
+        any_source = False
+        if req_mem is not None:
+            any_source = True
+            enc = pc.dictionary_encode(f.text(req_mem))
+            d = enc.dictionary
+            parts = pc.extract_regex(d, r"^(?P<v>[0-9]+(?:\.[0-9]+)?)(?P<u>[KMGTP]?)(?P<per>[cn]?)$")
+            bad_d = pc.and_(pc.is_valid(d), pc.is_null(parts))
+            f.flag(pc.take(bad_d, enc.indices), "ReqMem: expected a size like 4000M", req_mem)
+            mb_d = pc.multiply(pc.struct_field(parts, "v").cast(pa.float64()), tb.unit_scale(pc.struct_field(parts, "u")))
+            mb = pc.fill_null(pc.take(mb_d, enc.indices), 0.0).to_numpy(zero_copy_only=False)
+            per = pc.fill_null(pc.take(pc.struct_field(parts, "per"), enc.indices), "").to_numpy(zero_copy_only=False)
+            if cpus is not None:
+                c = pc.fill_null(cpus, 0).to_numpy(zero_copy_only=False).astype(np.float64)
+                mb = np.where(per == "c", mb * c, mb)
+            if nodes is not None:
+                nn = pc.fill_null(nodes, 0).to_numpy(zero_copy_only=False).astype(np.float64)
+                mb = np.where(per == "n", mb * nn, mb)
+            ok = mb > 0
+            out[ok] = mb[ok]
+            found |= ok
+        for kv in (req_kv, alloc_kv):
+            if kv is None:
+                continue
+            any_source = True
+            vals, hit = tb.sum_where(kv, pc.equal(kv.key, "mem"))
+            take = hit & (vals > 0) & ~found
+            out[take] = vals[take]
+            found |= take
+        if not any_source:
+            return None
+        return tb.masked(np.round(out), found, pa.int64())
+
+
+_ENDED = (
+    State.COMPLETED,
+    State.FAILED,
+    State.TIMEOUT,
+    State.CANCELLED,
+    State.OUT_OF_MEMORY,
+    State.NODE_FAIL,
+    State.PREEMPTED,
+)
+
+READER = SacctReader()
+
+
+# ---------------------------------------------------------------------------------------------- from Slurm
+
+_SINCE_RE = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_since(since: str, now: dt.datetime | None = None) -> dt.datetime:
+    """`30d`, `12h`, `90m`, `2w` before `now`, or an ISO date/time; a naive result is local time."""
+    now = now or dt.datetime.now()
+    m = _SINCE_RE.match(since)
+    if m:
+        return now - dt.timedelta(seconds=int(m.group(1)) * _UNIT_SECONDS[m.group(2).lower()])
+    try:
+        return dt.datetime.fromisoformat(since.strip())
+    except ValueError:
+        raise BadInputError(
+            f"--since {since!r}: expected a span like 30d, 12h, 90m, 2w or a date like 2026-01-01"
+        ) from None
+
+
+def sacct_command(start: dt.datetime, sacct: str = "sacct") -> list[str]:
+    """The argv `fetch_from_slurm` runs (all users, allocations only, parsable, our fields)."""
+    return [
+        sacct,
+        "-a",
+        "-X",
+        "-P",
+        "-o",
+        ",".join(SACCT_FIELDS),
+        "-S",
+        start.strftime("%Y-%m-%dT%H:%M:%S"),
+        "-E",
+        "now",
+    ]
+
+
+def fetch_from_slurm(since: str, timeout_s: float = 600.0) -> Path:
+    """Run sacct on this machine and save its output to a temporary file (for `ingest --from-slurm`)."""
+    start = parse_since(since)
+    exe = shutil.which("sacct")
+    if exe is None:
+        raise BadInputError(
+            "sacct not found on PATH: run this on a Slurm login node, or save `sacct -a -X -P -o "
+            + ",".join(SACCT_FIELDS)
+            + "` output to a file and ingest that"
+        )
+    argv = sacct_command(start, exe)
+    try:
+        proc = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise BadInputError(f"sacct did not answer within {timeout_s:.0f} s; try a shorter --since") from None
+    except OSError as e:
+        raise BadInputError(f"cannot run sacct: {e.strerror}") from e
+    if proc.returncode != 0:
+        msg = proc.stderr.decode("utf-8", errors="replace").strip().splitlines()
+        first = msg[0] if msg else f"exit status {proc.returncode}"
+        hint = ""
+        if re.search(r"permi|not allowed|denied|authoriz", first, re.IGNORECASE):
+            hint = " (you may not be allowed to read all users' jobs; ask an admin or drop to your own)"
+        raise BadInputError(f"sacct failed: {first}{hint}")
+    if not proc.stdout.strip():
+        raise BadInputError("sacct printed nothing (is accounting storage enabled on this cluster?)")
+    with tempfile.NamedTemporaryFile(prefix="headway-sacct-", suffix=".txt", delete=False) as fh:
+        fh.write(proc.stdout)
+    return Path(fh.name)

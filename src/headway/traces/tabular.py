@@ -1,0 +1,571 @@
+"""Vectorized reading of delimited job logs: split lines into string columns, convert whole columns.
+
+Python never loops over rows on the fast path. A file is read in chunks; each chunk is split into lines
+and fields by pyarrow.compute, rows with the wrong number of fields become bad rows, and every column
+stays a string array until a converter here turns it into numbers or timestamps in one call. A converter
+that fails on a non-empty value flags the row; `Frame.finish` then reports each flagged row once, with
+its file:line and the first reason, and drops it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from headway.schema import JOB_SCHEMA, State, conform
+from headway.traces.base import BadInputError, BadRowSink, ReadOptions, ReadResult
+
+CHUNK_BYTES = 16 * 1024 * 1024
+# Values that mean "no value" in the logs we read (sacct, MySQL dumps, pandas exports).
+NULL_WORDS: tuple[str, ...] = ("", "Unknown", "None", "NULL", "null", "\\N", "N/A", "NaN", "nan", "NaT")
+
+_INT_RE = r"^[+-]?[0-9]+$"
+_FLOAT_RE = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
+
+
+def local_tz_name() -> str:
+    """The machine's time zone as Arrow understands it: $TZ, /etc/localtime, or the current UTC offset."""
+    tz = os.environ.get("TZ", "").lstrip(":")
+    if tz and ("/" in tz or tz == "UTC"):
+        return tz
+    try:
+        target = os.path.realpath("/etc/localtime")
+        if "zoneinfo/" in target:
+            return target.split("zoneinfo/", 1)[1]
+    except OSError:
+        pass
+    off = time.localtime().tm_gmtoff
+    sign = "+" if off >= 0 else "-"
+    off = abs(off)
+    return f"{sign}{off // 3600:02d}:{off % 3600 // 60:02d}"
+
+
+def check_tz(tz: str) -> str:
+    """Fail early with one line on a time zone Arrow does not know."""
+    try:
+        pc.assume_timezone(pa.array([0], pa.timestamp("s")), timezone=tz)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
+        raise BadInputError(f"unknown time zone {tz!r} (use a name like Europe/Berlin, or UTC)") from e
+    return tz
+
+
+# ---------------------------------------------------------------------------------------------- splitting
+
+
+class RawColumns:
+    """A delimited file as string columns (built on first use), one entry per well-formed data row."""
+
+    def __init__(
+        self,
+        file: str,
+        header: list[str],
+        pieces: list[tuple[pa.Array | None, list[pa.Array] | None, int]],
+        lines: np.ndarray,
+        bad: list[tuple[int, str]],
+    ) -> None:
+        self.file = file
+        self.header = header
+        self.lines = lines  # 1-based line number of each row
+        self.bad = bad  # rows with the wrong number of fields: (line, reason)
+        # Each piece is (flat values of rows with len(header) fields, None, rows) or (None, columns, rows).
+        self._pieces = pieces
+        self._cache: dict[int, pa.Array] = {}
+        self._index: dict[str, int] = {}
+        for i, name in enumerate(header):
+            if name:
+                self._index.setdefault(name.lower(), i)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.lines)
+
+    @property
+    def names(self) -> list[str]:
+        return [h for h in self.header if h]
+
+    def column(self, i: int) -> pa.Array:
+        if i not in self._cache:
+            k = len(self.header)
+            parts: list[pa.Array] = []
+            for flat, cols, n in self._pieces:
+                if flat is not None:
+                    parts.append(flat.take(pa.array(np.arange(i, n * k, k, dtype=np.int64))))
+                elif cols is not None:
+                    parts.append(cols[i])
+            self._cache[i] = pa.concat_arrays(parts) if parts else pa.array([], pa.string())
+        return self._cache[i]
+
+    def get(self, *names: str) -> pa.Array | None:
+        """The first of `names` present in the header (case-insensitive), or None."""
+        for n in names:
+            i = self._index.get(n.lower())
+            if i is not None:
+                return self.column(i)
+        return None
+
+    def has(self, *names: str) -> bool:
+        return any(n.lower() in self._index for n in names)
+
+
+def _chunks(
+    path: Path, progress: Callable[[int], None] | None, quoting: bool
+) -> Iterator[tuple[bytes, int]]:
+    """Yield (bytes ending at a line boundary, lines before it); quoted newlines stay in one chunk."""
+    done = 0
+    line_no = 0
+    rest = b""
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(CHUNK_BYTES)
+            data = rest + block
+            if not block:
+                if data:
+                    yield data, line_no
+                    done += len(data)
+                    if progress:
+                        progress(done)
+                return
+            cut = data.rfind(b"\n") + 1
+            # Keep an odd number of quotes (a quoted field spanning lines) together with what follows.
+            while quoting and cut > 0 and data.count(b'"', 0, cut) % 2:
+                cut = data.rfind(b"\n", 0, cut - 1) + 1
+            if cut == 0:
+                rest = data
+                continue
+            chunk, rest = data[:cut], data[cut:]
+            yield chunk, line_no
+            line_no += chunk.count(b"\n")
+            done += len(chunk)
+            if progress:
+                progress(done)
+
+
+def _split_lines(text: str) -> pa.Array:
+    arr = pa.array([text], pa.large_string())
+    lines = pc.split_pattern(arr, "\n").flatten()
+    lines = pc.utf8_rtrim(lines, characters="\r")
+    return lines.cast(pa.string())
+
+
+def _split_simple(lines: pa.Array, sep: str, ncols: int) -> tuple[pa.Array, int, np.ndarray]:
+    """Split lines on `sep` (no quoting): flat values of rows with `ncols` fields, their count, all counts."""
+    parts = pc.split_pattern(lines, sep)
+    counts = pc.list_value_length(parts).to_numpy(zero_copy_only=False)
+    ok = counts == ncols
+    good = parts if ok.all() else parts.filter(pa.array(ok))
+    return good.flatten(), len(good), counts
+
+
+def _split_quoted(text: str, sep: str) -> Iterator[tuple[int, list[str]]]:
+    """(line offset of the row's first line, fields) for CSV text with quotes; C csv module does the work."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, strict=False)
+    start = 0
+    try:
+        for row in reader:
+            yield start, row
+            start = reader.line_num
+    except csv.Error as e:
+        yield start, [f"\x00csv error: {e}"]
+
+
+def read_delimited(
+    path: Path,
+    sep: str | None,
+    *,
+    quoting: bool,
+    progress: Callable[[int], None] | None = None,
+    comment: str | None = None,
+) -> RawColumns:
+    """Split `path` into string columns by its header line; `sep=None` picks ',' or tab from the header."""
+    file = str(path)
+    header: list[str] | None = None
+    ncols = 0
+    pieces: list[tuple[pa.Array | None, list[pa.Array] | None, int]] = []
+    line_parts: list[np.ndarray] = []
+    bad: list[tuple[int, str]] = []
+    for raw, first_line in _chunks(path, progress, quoting):
+        text = raw.decode("utf-8", errors="replace")
+        if "\x00" in text:
+            text = text.replace("\x00", "\ufffd")
+        if header is None:
+            # The header is the first non-blank (non-comment) line.
+            offset = 0
+            for ln in text.split("\n"):
+                offset += 1
+                s = ln.rstrip("\r")
+                if s.strip() and not (comment and s.startswith(comment)):
+                    if sep is None:
+                        sep = "\t" if "\t" in s and "," not in s else ","
+                    row = next(csv.reader([s], delimiter=sep)) if quoting else s.split(sep)
+                    header = [h.strip().lstrip("\ufeff") for h in row]
+                    break
+            if header is None:
+                continue
+            ncols = len(header)
+            if ncols < 2:
+                raise BadInputError(f"{file}:{first_line + offset}: not a delimited table (no {sep!r} in the header)")
+            text = text.split("\n", offset)[offset] if text.count("\n") >= offset else ""
+            first_line += offset
+        assert sep is not None
+        if quoting and '"' in text:
+            rows: list[list[str]] = []
+            nums: list[int] = []
+            for start, fields in _split_quoted(text, sep):
+                ln = first_line + start + 1
+                if not fields or (len(fields) == 1 and not fields[0].strip()):
+                    continue
+                if comment and fields[0].startswith(comment):
+                    continue
+                if len(fields) != ncols:
+                    bad.append((ln, _count_reason(len(fields), ncols)))
+                    continue
+                rows.append(fields)
+                nums.append(ln)
+            if rows:
+                cols = [pa.array(col, pa.string()) for col in zip(*rows, strict=True)]
+                pieces.append((None, cols, len(rows)))
+                line_parts.append(np.asarray(nums, dtype=np.int64))
+            continue
+        lines = _split_lines(text)
+        if len(lines) and text.endswith("\n"):
+            lines = lines.slice(0, len(lines) - 1)  # the empty string after the last newline
+        numbers = np.arange(first_line + 1, first_line + 1 + len(lines), dtype=np.int64)
+        if comment:
+            keep = pc.invert(pc.starts_with(lines, comment)).to_numpy(zero_copy_only=False)
+            lines = lines.filter(pa.array(keep))
+            numbers = numbers[keep]
+        flat, n_good, counts = _split_simple(lines, sep, ncols)
+        wrong = counts != ncols
+        if wrong.any():
+            # Blank lines are not rows; only the few lines with a wrong field count are looked at here.
+            for idx in np.nonzero(wrong)[0].tolist():
+                if counts[idx] == 1 and not str(lines[idx].as_py() or "").strip():
+                    continue
+                bad.append((int(numbers[idx]), _count_reason(int(counts[idx]), ncols)))
+        pieces.append((flat, None, n_good))
+        line_parts.append(numbers[~wrong])
+    if header is None:
+        raise BadInputError(f"{file}: empty file")
+    lines_all = np.concatenate(line_parts) if line_parts else np.zeros(0, dtype=np.int64)
+    return RawColumns(file, header, pieces, lines_all, bad)
+
+
+def _count_reason(found: int, expected: int) -> str:
+    return f"expected {expected} fields, found {found}"
+
+
+def head_fields(head: bytes, sep: str) -> list[str]:
+    """Lower-cased header fields of the first non-blank line of `head` (for sniffing)."""
+    text = head.decode("utf-8", errors="replace").lstrip("\ufeff")
+    for ln in text.splitlines():
+        if ln.strip():
+            return [f.strip().strip('"').lower() for f in ln.split(sep)]
+    return []
+
+
+# ---------------------------------------------------------------------------------------------- converting
+
+
+class Frame:
+    """Converts the columns of one RawColumns and remembers, per row, the first conversion that failed.
+
+    Converters take raw string columns; low-cardinality ones (states, TRES, limits, exit codes) are
+    converted once per distinct value and spread back with `take`, which is what makes big logs fast.
+    """
+
+    def __init__(self, raw: RawColumns, *, trim: bool = True) -> None:
+        self.raw = raw
+        self.n = raw.num_rows
+        self.trim = trim
+        self._fail = np.full(self.n, -1, dtype=np.int32)  # index into _reasons, -1 = fine
+        self._reasons: list[tuple[str, pa.Array | None]] = []  # (message, raw values to quote)
+        self._clean: dict[tuple[int, tuple[str, ...]], pa.Array] = {}
+        self.notes: list[str] = []
+        self.skip = np.zeros(self.n, dtype=bool)  # rows dropped silently (e.g. job steps)
+
+    def flag(self, mask: pa.Array | np.ndarray, message: str, values: pa.Array | None = None) -> None:
+        """Mark rows where `mask` is true as bad with `message` (and the offending raw value)."""
+        m = mask if isinstance(mask, np.ndarray) else pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
+        m = m & (self._fail < 0) & ~self.skip
+        if m.any():
+            self._reasons.append((message, values))
+            self._fail[m] = len(self._reasons) - 1
+
+    def clean(self, values: pa.Array, nulls: Sequence[str] = NULL_WORDS) -> pa.Array:
+        """Strings with surrounding blanks removed and null words as null (cached per column)."""
+        key = (id(values), tuple(nulls))
+        if key not in self._clean:
+            s = pc.utf8_trim_whitespace(values) if self.trim else values
+            is_null = pc.is_in(s, value_set=pa.array(list(nulls), pa.string()))
+            self._clean[key] = pc.if_else(is_null, pa.scalar(None, pa.string()), s)
+        return self._clean[key]
+
+    def text(self, values: pa.Array | None) -> pa.Array:
+        """A string field: trimmed, null words as null."""
+        if values is None:
+            return pa.nulls(self.n, pa.string())
+        return self.clean(values)
+
+    def integer(self, values: pa.Array | None, what: str, *, nulls: Sequence[str] = NULL_WORDS) -> pa.Array:
+        """int64 column; a non-empty value that is not an integer flags the row."""
+        if values is None:
+            return pa.nulls(self.n, pa.int64())
+        s = self.clean(values, nulls)
+        try:
+            return s.cast(pa.int64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+        ok = pc.and_(pc.match_substring_regex(s, _INT_RE), pc.less_equal(pc.utf8_length(s), 18))
+        ok = pc.fill_null(ok, False)
+        self.flag(pc.and_(pc.is_valid(s), pc.invert(ok)), f"{what}: not an integer", values)
+        return pc.if_else(ok, s, pa.scalar(None, pa.string())).cast(pa.int64())
+
+    def number(self, values: pa.Array | None, what: str, *, nulls: Sequence[str] = NULL_WORDS) -> pa.Array:
+        """float64 column; a non-empty value that is not a number flags the row."""
+        if values is None:
+            return pa.nulls(self.n, pa.float64())
+        s = self.clean(values, nulls)
+        try:
+            out = s.cast(pa.float64())
+            if not pc.any(pc.is_nan(out)).as_py() and not pc.any(pc.is_inf(out)).as_py():
+                return out
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+        ok = pc.fill_null(pc.match_substring_regex(s, _FLOAT_RE), False)
+        self.flag(pc.and_(pc.is_valid(s), pc.invert(ok)), f"{what}: not a number", values)
+        return pc.if_else(ok, s, pa.scalar(None, pa.string())).cast(pa.float64())
+
+    def timestamp(
+        self,
+        values: pa.Array | None,
+        what: str,
+        formats: Sequence[str],
+        tz: str | None,
+        epoch_unit: str | None = None,
+    ) -> pa.Array:
+        """UTC timestamps from strings in one of `formats` (tried in order); naive ones are in `tz`.
+
+        With `epoch_unit`, plain numbers are read as epoch times in that unit (s, ms, us) as well.
+        """
+        if values is None:
+            return pa.nulls(self.n, pa.timestamp("us", tz="UTC"))
+        s = self.clean(values)
+        out: pa.Array | None = None
+        if epoch_unit is not None:
+            numeric = pc.fill_null(pc.match_substring_regex(s, r"^[0-9]{1,16}(\.[0-9]*)?$"), False)
+            if pc.any(numeric).as_py():
+                nums = pc.if_else(numeric, s, pa.scalar(None, pa.string())).cast(pa.float64())
+                us = pc.round(pc.multiply(nums, {"s": 1e6, "ms": 1e3, "us": 1.0}[epoch_unit]))
+                out = us.cast(pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+        for fmt in formats:
+            todo = s if out is None else pc.if_else(pc.is_null(out), s, pa.scalar(None, pa.string()))
+            if out is not None and not pc.any(pc.is_valid(todo)).as_py():
+                break
+            parsed = pc.strptime(todo, format=fmt, unit="us", error_is_null=True)
+            if "%z" not in fmt and tz is not None and tz != "UTC":
+                parsed = pc.assume_timezone(parsed, timezone=tz, ambiguous="earliest", nonexistent="latest")
+            parsed = parsed.cast(pa.timestamp("us", tz="UTC"))
+            out = parsed if out is None else pc.coalesce(out, parsed)
+        assert out is not None
+        self.flag(pc.and_(pc.is_valid(s), pc.is_null(out)), f"{what}: not a time in the expected format", values)
+        return out
+
+    def epoch(self, values: pa.Array | None, what: str, unit: str = "s", zero_is_null: bool = True) -> pa.Array:
+        """UTC timestamps from epoch numbers in `unit` (s, ms, us); 0 means unset unless told otherwise."""
+        nums = self.number(values, what)
+        if zero_is_null:
+            nums = pc.if_else(pc.equal(nums, 0.0), pa.scalar(None, pa.float64()), nums)
+        scale = {"s": 1_000_000.0, "ms": 1_000.0, "us": 1.0}[unit]
+        us = pc.multiply(nums, scale)
+        in_range = pc.and_(pc.greater(us, -1e17), pc.less(us, 1e17))  # about +-3000 years
+        self.flag(pc.invert(in_range), f"{what}: epoch time out of range", values)
+        us = pc.if_else(in_range, pc.round(us), pa.scalar(None, pa.float64()))
+        return us.cast(pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+
+    def per_distinct(
+        self, values: pa.Array, convert: Callable[[pa.Array], tuple[pa.Array, pa.Array | None]], what: str
+    ) -> pa.Array:
+        """Apply `convert(distinct values) -> (result, bad mask)` once per distinct value, spread to rows."""
+        enc = pc.dictionary_encode(values)
+        result_d, bad_d = convert(enc.dictionary)
+        if bad_d is not None:
+            self.flag(pc.take(bad_d, enc.indices), what, values)
+        return pc.take(result_d, enc.indices)
+
+    def states(self, words: pa.Array, mapping: dict[str, State], what: str) -> pa.Array:
+        """Map words to State values; unmapped non-empty words become UNKNOWN with a note."""
+        keys = list(mapping)
+        enc = pc.dictionary_encode(words)
+        idx = pc.index_in(enc.dictionary, value_set=pa.array(keys, pa.string()))
+        vals = pa.array([mapping[k].value for k in keys], pa.string())
+        mapped_d = pc.fill_null(pc.take(vals, idx), State.UNKNOWN.value)
+        unknown_d = pc.is_null(idx)
+        unknown = pc.fill_null(pc.take(unknown_d, enc.indices), False).to_numpy(zero_copy_only=False) & ~self.skip
+        if unknown.any():
+            seen = sorted({str(w) for w in pc.unique(words.filter(pa.array(unknown))).to_pylist()})[:5]
+            self.notes.append(f"{int(unknown.sum())} rows with an unrecognised {what} {seen} stored as UNKNOWN")
+        return pc.fill_null(pc.take(mapped_d, enc.indices), State.UNKNOWN.value)
+
+    def finish(
+        self, columns: dict[str, pa.Array], options: ReadOptions, fmt: str, sink: BadRowSink | None = None
+    ) -> tuple[pa.Table, BadRowSink]:
+        """Drop bad and skipped rows, send bad rows to the sink in line order, return the schema table."""
+        sink = sink or BadRowSink(options.strict)
+        bad_lines: list[tuple[int, str]] = list(self.raw.bad)
+        failed = np.nonzero(self._fail >= 0)[0]
+        for i in failed[: sink.keep + 1].tolist():
+            message, values = self._reasons[int(self._fail[i])]
+            if values is not None:
+                v = values[i].as_py()
+                shown = v if v is None or len(v) <= 60 else v[:57] + "..."
+                message = f"{message} ({shown!r})"
+            bad_lines.append((int(self.raw.lines[i]), message))
+        bad_lines.sort()
+        for ln, reason in bad_lines:
+            sink.add(self.raw.file, ln, reason)
+        # Rows past the kept examples are only counted.
+        sink.count += max(0, len(failed) - (sink.keep + 1))
+        keep = (self._fail < 0) & ~self.skip
+        mask = pa.array(keep)
+        everything = bool(keep.all())
+        cols = {k: (v if everything else v.filter(mask)) for k, v in columns.items() if k in JOB_SCHEMA.names}
+        n = self.n if everything else int(keep.sum())
+        cols["source"] = pa.array([options.source or fmt], pa.string()).take(pa.array(np.zeros(n, np.int64)))
+        return conform(pa.table(cols)), sink
+
+
+def result(
+    table: pa.Table,
+    fmt: str,
+    frame: Frame,
+    sink: BadRowSink,
+    provided: set[str],
+    extra_notes: Sequence[str] = (),
+) -> ReadResult:
+    """The ReadResult of a tabular reader; `provided` are the schema fields the input had."""
+    missing = [f for f in JOB_SCHEMA.names if f not in provided and f != "source"]
+    rows_read = int((~frame.skip).sum()) + len(frame.raw.bad)
+    return ReadResult(
+        table=table,
+        format=fmt,
+        rows_read=rows_read,
+        bad_rows=sink.rows,
+        bad_row_count=sink.count,
+        missing_fields=missing,
+        notes=[*frame.notes, *extra_notes],
+    )
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def first_word_upper(values: pa.Array) -> pa.Array:
+    """'CANCELLED by 1001' -> 'CANCELLED' (upper-cased); nulls stay null. Works per distinct value."""
+    enc = pc.dictionary_encode(values)
+    d = pc.utf8_upper(pc.replace_substring_regex(pc.utf8_trim_whitespace(enc.dictionary), r"\s.*$", ""))
+    return pc.take(d, enc.indices)
+
+
+DURATION_NULLS: tuple[str, ...] = (*NULL_WORDS, "UNLIMITED", "Partition_Limit", "INVALID")
+_DURATION_RE = r"^(?:(?P<d>[0-9]+)-)?(?P<a>[0-9]+)(?::(?P<b>[0-9]+))?(?::(?P<c>[0-9]+(?:\.[0-9]+)?))?$"
+
+
+def _durations(s: pa.Array) -> tuple[pa.Array, pa.Array]:
+    parts = pc.extract_regex(s, _DURATION_RE)
+    bad = pc.and_(pc.is_valid(s), pc.is_null(parts))
+
+    def part(name: str) -> pa.Array:
+        f = pc.struct_field(parts, name)
+        return pc.fill_null(pc.if_else(pc.equal(f, ""), pa.scalar("0"), f), "0").cast(pa.float64())
+
+    d, a, b, c = part("d"), part("a"), part("b"), part("c")
+    colons = pc.fill_null(pc.count_substring(s, ":"), 0)
+    # Slurm: HH:MM:SS with two colons, MM:SS with one, bare minutes with none (all may carry D-).
+    secs = pc.if_else(
+        pc.greater_equal(colons, 2),
+        pc.add(pc.add(pc.multiply(a, 3600.0), pc.multiply(b, 60.0)), c),
+        pc.if_else(pc.equal(colons, 1), pc.add(pc.multiply(a, 60.0), b), pc.multiply(a, 60.0)),
+    )
+    total = pc.add(pc.multiply(d, 86400.0), secs)
+    ok = pc.is_valid(parts)
+    return pc.if_else(ok, pc.round(total), pa.scalar(None, pa.float64())).cast(pa.int64()), bad
+
+
+def duration_seconds(frame: Frame, values: pa.Array | None, what: str) -> pa.Array:
+    """Slurm durations `[D-]HH:MM:SS`, `MM:SS` or `MM` (minutes) to seconds; UNLIMITED etc. are null."""
+    if values is None:
+        return pa.nulls(frame.n, pa.int64())
+    s = frame.clean(values, DURATION_NULLS)
+    return frame.per_distinct(s, _durations, f"{what}: not a duration like 1-02:03:04")
+
+
+@dataclass(slots=True)
+class KeyValues:
+    """A `k=v,k=v` column (TRES strings) exploded: one entry per pair, with the row it came from."""
+
+    row: np.ndarray  # index of the distinct string each pair came from
+    key: pa.Array
+    value: pa.Array  # float64, null where the value is not a number
+    rows_of: np.ndarray  # for each input row, the index of its distinct string
+    distinct: int
+
+
+MEM_UNITS = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024, "P": 1024.0**3}
+
+
+def unit_scale(units: pa.Array) -> pa.Array:
+    """MB per unit for K/M/G/T/P suffixes (no suffix: MB)."""
+    keys = pa.array(list(MEM_UNITS), pa.string())
+    vals = pa.array(list(MEM_UNITS.values()), pa.float64())
+    return pc.fill_null(pc.take(vals, pc.index_in(units, value_set=keys)), 1.0)
+
+
+def explode_pairs(values: pa.Array) -> KeyValues:
+    """Explode TRES-like `key=value,...` strings; values may carry a K/M/G/T suffix (kept as MB).
+
+    Rows index the distinct strings (`KeyValues.rows_of` maps them back), since TRES strings repeat a lot.
+    """
+    enc = pc.dictionary_encode(pc.fill_null(values, ""))
+    items = pc.split_pattern(enc.dictionary, ",")
+    rows = pc.list_parent_indices(items).to_numpy(zero_copy_only=False)
+    flat = pc.utf8_trim_whitespace(items.flatten())
+    kv = pc.extract_regex(flat, r"^(?P<k>[^=]+)=(?P<v>[0-9.]+)(?P<u>[KMGTP]?)$")
+    key = pc.struct_field(kv, "k")
+    num = pc.struct_field(kv, "v")
+    num = pc.if_else(pc.match_substring_regex(num, _FLOAT_RE), num, pa.scalar(None, pa.string()))
+    val = pc.multiply(num.cast(pa.float64()), unit_scale(pc.struct_field(kv, "u")))
+    return KeyValues(rows, key, val, enc.indices.to_numpy(zero_copy_only=False), len(enc.dictionary))
+
+
+def sum_where(kv: KeyValues, mask: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Per input row: (sum of values whose key matches `mask`, whether any matched)."""
+    m = pc.fill_null(pc.and_(mask, pc.is_valid(kv.value)), False).to_numpy(zero_copy_only=False)
+    vals = pc.fill_null(kv.value, 0.0).to_numpy(zero_copy_only=False)
+    sums = np.bincount(kv.row[m], weights=vals[m], minlength=kv.distinct).astype(np.float64)
+    hit = np.bincount(kv.row[m], minlength=kv.distinct) > 0
+    return sums[kv.rows_of], hit[kv.rows_of]
+
+
+def masked(values: np.ndarray, valid: np.ndarray, typ: pa.DataType) -> pa.Array:
+    """An Arrow array from numpy values, null where `valid` is false."""
+    return pa.array(values, mask=~valid).cast(typ)
+
+
+def is_step_id(job_ids: pa.Array) -> pa.Array:
+    """Slurm job-step ids (`12.batch`, `12.0`, `12_3.extern`, `12+0.0`)."""
+    return pc.fill_null(pc.match_substring(job_ids, "."), False)
+
+
+def ident(name: str) -> str:
+    """A column header as a Python-like identifier (for expressions)."""
+    return re.sub(r"\W", "_", name)

@@ -1,0 +1,343 @@
+"""The audit's sections on small hand-built job tables, where every expected figure can be counted by hand."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from headway.audit import audit_report, parse_period, render_terminal, write_html
+from headway.audit.compute import anchor_time, compare
+from headway.cli import app
+from headway.schema import JobRecord, State, records_to_table
+from headway.store import JobStore
+
+T0 = dt.datetime(2026, 3, 2, 9, 0, tzinfo=dt.UTC)  # a Monday (ISO week 2026-W10)
+MIN = dt.timedelta(minutes=1)
+HOUR = dt.timedelta(hours=1)
+
+
+def job(
+    job_id: str,
+    state: State,
+    *,
+    user: str | None = "alice",
+    name: str | None = "train",
+    group: str | None = "lab",
+    gpus: float = 1.0,
+    submit: dt.datetime = T0,
+    wait: dt.timedelta = 10 * MIN,
+    runtime: dt.timedelta | None = HOUR,
+    limit_s: int | None = None,
+) -> JobRecord:
+    start = submit + wait if runtime is not None else None
+    end = start + runtime if start is not None and runtime is not None else None
+    return JobRecord(
+        job_id,
+        state,
+        "test",
+        user=user,
+        group=group,
+        name=name,
+        gpus=gpus,
+        submit_time=submit,
+        start_time=start,
+        end_time=end,
+        time_limit=limit_s,
+    )
+
+
+def store_with(tmp_path: Path, jobs: list[JobRecord]) -> Path:
+    db = tmp_path / "audit.duckdb"
+    with JobStore(db) as s:
+        s.upsert(records_to_table(jobs))
+    return db
+
+
+def report_of(db: Path, **kw: Any) -> dict[str, Any]:
+    with JobStore(db, read_only=True) as s:
+        return audit_report(s.con, **kw)
+
+
+def test_totals_split_jobs_by_outcome_class_and_rate_completion_over_ended_jobs(tmp_path: Path) -> None:
+    jobs = [
+        job("1", State.COMPLETED, gpus=2, runtime=3 * HOUR),  # 6 GPU-h
+        job("2", State.FAILED, gpus=1, runtime=2 * HOUR),  # 2
+        job("3", State.TIMEOUT, gpus=4, runtime=HOUR),  # 4
+        job("4", State.CANCELLED, gpus=1, runtime=HOUR),  # 1
+        job("5", State.PREEMPTED, gpus=2, runtime=HOUR),  # 2
+        job("6", State.RUNNING, gpus=1, runtime=None),  # not ended
+        job("7", State.COMPLETED, gpus=0, runtime=5 * HOUR),  # CPU-only: not audited by default
+    ]
+    r = report_of(store_with(tmp_path, jobs))
+    assert r["totals"]["jobs"] == 7 and r["totals"]["gpu_jobs"] == 6 and r["totals"]["cpu_jobs"] == 1
+    assert r["totals"]["gpu_hours"] == pytest.approx(15.0)
+    assert r["by_state"]["TIMEOUT"] == {
+        "jobs": 1,
+        "gpu_hours": 4.0,
+        "share_jobs": 1 / 6,
+        "share_gpu_hours": 4 / 15,
+    }
+    assert r["by_outcome"]["waste"]["jobs"] == 2 and r["by_outcome"]["waste"]["gpu_hours"] == pytest.approx(
+        6.0
+    )
+    assert r["by_outcome"]["cancelled"]["jobs"] == 1 and r["by_outcome"]["preempted"]["jobs"] == 1
+    assert r["by_outcome"]["unfinished"]["jobs"] == 1
+    # ended = success + waste + cancelled + preempted = 5 jobs, 15 GPU-h
+    assert r["completion_rate"]["by_count"] == pytest.approx(1 / 5)
+    assert r["completion_rate"]["by_gpu_hours"] == pytest.approx(6 / 15)
+    assert r["wasted_gpu_hours"] == pytest.approx(6.0) and r["goodput_gpu_hours"] == pytest.approx(6.0)
+    assert r["wasted_cost"] == {"usd": pytest.approx(12.0), "usd_per_gpu_hour": 2.0}
+    assert any("CPU-only" in n for n in r["notes"])
+
+    with_cpu = report_of(tmp_path / "audit.duckdb", include_cpu=True, gpu_hour_price=3.0)
+    assert with_cpu["scope"] == "all_jobs" and with_cpu["by_state"]["COMPLETED"]["jobs"] == 2
+    assert with_cpu["completion_rate"]["by_count"] == pytest.approx(2 / 6)
+    assert with_cpu["wasted_cost"]["usd"] == pytest.approx(18.0)
+
+
+def test_top_ranks_by_wasted_gpu_hours_with_each_ones_completion_rate(tmp_path: Path) -> None:
+    jobs = [
+        job("a1", State.FAILED, user="alice", gpus=8, runtime=HOUR),
+        job("a2", State.COMPLETED, user="alice", gpus=8, runtime=HOUR),
+        job("b1", State.FAILED, user="bob", gpus=1, runtime=HOUR),
+        job("b2", State.FAILED, user="bob", gpus=1, runtime=HOUR, name="eval", group="other"),
+        job("c1", State.COMPLETED, user="carol", gpus=16, runtime=HOUR),
+    ]
+    r = report_of(store_with(tmp_path, jobs), by="group", top=2)
+    assert r["top"]["by"] == "group"
+    users = r["top"]["user"]
+    assert [u["key"] for u in users] == ["alice", "bob"]  # top 2 by waste; carol wasted nothing
+    assert users[0]["wasted_gpu_hours"] == 8.0 and users[0]["completion_rate"]["by_count"] == 0.5
+    assert users[1]["completion_rate"] == {"by_count": 0.0, "by_gpu_hours": 0.0}
+    assert [g["key"] for g in r["top"]["group"]] == ["lab", "other"]
+    assert r["top"]["gpus"][0]["key"] == "8"
+    assert r["top"]["partition"][0]["key"] == "(none)"
+
+
+def test_repeat_failures_finds_runs_of_three_and_says_whether_a_success_followed(tmp_path: Path) -> None:
+    seq = [State.FAILED, State.FAILED, State.OUT_OF_MEMORY, State.COMPLETED, State.FAILED, State.FAILED]
+    jobs = [job(f"a{i}", s, submit=T0 + i * 2 * HOUR, gpus=2) for i, s in enumerate(seq)]
+    # bob: 4 failures with a cancelled job in the middle (neither extends nor breaks), never a success
+    bob = [State.FAILED, State.FAILED, State.CANCELLED, State.NODE_FAIL, State.TIMEOUT]
+    jobs += [
+        job(f"b{i}", s, user="bob", name=None, group="vc1", submit=T0 + i * HOUR) for i, s in enumerate(bob)
+    ]
+    # carol: failures of two different job names never form one streak
+    jobs += [
+        job(f"c{i}", State.FAILED, user="carol", name=f"n{i % 2}", submit=T0 + i * HOUR) for i in range(4)
+    ]
+    r = report_of(store_with(tmp_path, jobs))["repeat_failures"]
+    assert r["streaks"] == 2 and r["jobs"] == 7 and r["unresolved_streaks"] == 1
+    rows = {row["user"]: row for row in r["rows"]}
+    assert rows["alice"]["failures"] == 3 and rows["alice"]["gpu_hours"] == pytest.approx(6.0)
+    assert rows["alice"]["success_followed"] is True and rows["alice"]["key"] == "user+name"
+    assert rows["alice"]["states"] == ["FAILED", "OUT_OF_MEMORY"]
+    assert rows["bob"]["failures"] == 4 and rows["bob"]["success_followed"] is False
+    assert (
+        rows["bob"]["key"] == "user+group" and rows["bob"]["group"] == "vc1" and rows["bob"]["name"] is None
+    )
+    assert "carol" not in rows
+    total_waste = 2 * 5 + 4 + 4  # alice 5 failures x 2 GPU-h, bob 4, carol 4
+    assert r["share_of_wasted_gpu_hours"] == pytest.approx(10 / total_waste)
+
+
+def test_early_failures_share_by_count_and_gpu_hours_within_5_15_60_minutes(tmp_path: Path) -> None:
+    runtimes = [3, 10, 30, 120]  # minutes
+    jobs = [job(f"f{m}", State.FAILED, runtime=m * MIN, gpus=6) for m in runtimes]
+    jobs.append(job("ok", State.COMPLETED, runtime=10 * HOUR))
+    ef = report_of(store_with(tmp_path, jobs))["early_failures"]
+    assert ef["failed_jobs"] == 4
+    within = {e["minutes"]: e for e in ef["within"]}
+    assert [within[m]["jobs"] for m in (5, 15, 60)] == [1, 2, 3]
+    assert within[15]["share_jobs"] == 0.5
+    assert within[60]["share_gpu_hours"] == pytest.approx((3 + 10 + 30) / (3 + 10 + 30 + 120))
+    assert ef["median_runtime_s"]["waste"] == pytest.approx(20 * 60)
+    assert ef["median_runtime_s"]["success"] == pytest.approx(10 * 3600)
+    cdf = dict(zip(ef["cdf"]["minutes"], ef["cdf"]["waste"], strict=True))
+    assert cdf[5] == 0.25 and cdf[60] == 0.75 and cdf[10080] == 1.0
+
+
+def test_over_asking_gives_each_user_the_median_share_of_requested_time_used(tmp_path: Path) -> None:
+    limit = 10 * 3600
+    jobs = [job(f"a{i}", State.COMPLETED, runtime=h * HOUR, limit_s=limit) for i, h in enumerate([1, 2, 1.5])]
+    jobs += [job(f"b{i}", State.COMPLETED, user="bob", runtime=9 * HOUR, limit_s=limit) for i in range(3)]
+    jobs.append(job("t", State.TIMEOUT, user="bob", runtime=10 * HOUR, limit_s=limit, gpus=2))
+    to = report_of(store_with(tmp_path, jobs))["timeouts"]
+    assert to["jobs"] == 1 and to["gpu_hours"] == pytest.approx(20.0) and to["time_limits_known"] is True
+    oa = to["over_asking"]
+    assert oa["completed_jobs_with_limit"] == 6 and oa["jobs"] == 3 and oa["share_jobs"] == 0.5
+    (alice,) = oa["by_user"]  # bob uses 90%: no advice for him
+    assert alice["user"] == "alice" and alice["median_used_share"] == pytest.approx(0.15)
+    assert "your jobs use a median 15% of the time you request" in alice["advice"]
+    assert oa["unused_reserved_gpu_hours"] == pytest.approx((9 + 8 + 8.5) + 3 * 1)
+
+
+def test_without_time_limits_the_audit_says_so_instead_of_printing_zeros(tmp_path: Path) -> None:
+    r = report_of(store_with(tmp_path, [job("1", State.COMPLETED), job("2", State.FAILED)]))
+    assert r["timeouts"]["time_limits_known"] is False and r["timeouts"]["over_asking"] is None
+    assert any("no time limits" in n for n in r["notes"])
+    from rich.console import Console
+
+    con = Console(record=True, width=100)
+    render_terminal(r, con)
+    text = con.export_text()
+    assert "no time limits in this data" in text and "0 jobs hit their time limit" not in text
+
+
+def test_waiting_reports_median_p90_max_overall_by_size_and_for_short_jobs(tmp_path: Path) -> None:
+    jobs = [
+        job("s1", State.COMPLETED, gpus=1, wait=1 * MIN, runtime=10 * MIN),
+        job("s2", State.COMPLETED, gpus=1, wait=3 * MIN, runtime=20 * MIN),
+        job("m1", State.COMPLETED, gpus=4, wait=60 * MIN, runtime=5 * HOUR),
+        job("l1", State.FAILED, gpus=64, wait=600 * MIN, runtime=30 * MIN, user="bob"),
+        job("p", State.PENDING, gpus=1, runtime=None),  # not started: no queueing delay yet
+    ]
+    wt = report_of(store_with(tmp_path, jobs))["waiting"]
+    assert wt["overall"]["jobs"] == 4 and wt["overall"]["max_s"] == 36000.0
+    assert wt["overall"]["median_s"] == pytest.approx((3 + 60) / 2 * 60)
+    sizes = {b["gpus"]: b for b in wt["by_size"]}
+    assert list(sizes) == ["1", "2-4", "33+"]
+    assert sizes["1"]["median_s"] == 120.0 and sizes["1"]["jobs"] == 2
+    short = wt["short_jobs"]
+    assert short["overall"]["jobs"] == 3  # s1, s2, l1 ran < 1 h
+    assert {b["gpus"]: b["jobs"] for b in short["by_size"]} == {"1": 2, "33+": 1}
+    assert wt["by_user"][0]["user"] == "alice" and wt["by_user"][0]["jobs"] == 3
+
+
+def test_weekly_series_buckets_by_iso_week_of_submission_and_adds_up_to_the_totals(tmp_path: Path) -> None:
+    week = dt.timedelta(days=7)
+    jobs = [
+        job("1", State.COMPLETED, submit=T0, gpus=2),
+        job("2", State.FAILED, submit=T0 + HOUR, gpus=2),
+        job("3", State.COMPLETED, submit=T0 + week, gpus=1, wait=2 * HOUR),
+        job("4", State.COMPLETED, submit=T0 + week + 6 * 24 * HOUR, gpus=1),  # Sunday: same ISO week
+    ]
+    r = report_of(store_with(tmp_path, jobs))
+    weeks = r["weekly"]
+    assert [w["week"] for w in weeks] == ["2026-W10", "2026-W11"]
+    assert weeks[0]["week_start"] == "2026-03-02"
+    assert weeks[0]["completion_rate"] == {"by_count": 0.5, "by_gpu_hours": 0.5}
+    assert weeks[1]["completion_rate"]["by_count"] == 1.0 and weeks[1]["jobs"] == 2
+    assert weeks[1]["median_wait_s"] == pytest.approx((2 * 3600 + 600) / 2)
+    assert sum(w["goodput_gpu_hours"] for w in weeks) == pytest.approx(r["goodput_gpu_hours"])
+    assert sum(w["wasted_gpu_hours"] for w in weeks) == pytest.approx(r["wasted_gpu_hours"])
+
+
+def test_period_comparison_reports_absolute_and_relative_change_of_headline_figures(tmp_path: Path) -> None:
+    day = dt.timedelta(days=1)
+    before = [
+        job(f"b{i}", State.FAILED if i < 3 else State.COMPLETED, submit=T0 + i * HOUR) for i in range(4)
+    ]
+    after = [
+        job(f"a{i}", State.FAILED if i < 1 else State.COMPLETED, submit=T0 + 10 * day + i * HOUR)
+        for i in range(4)
+    ]
+    db = store_with(tmp_path, before + after)
+    with JobStore(db, read_only=True) as s:
+        anchor = anchor_time(s.con)
+        assert anchor == T0 + 10 * day + 3 * HOUR
+        period = parse_period("-5d..", anchor=anchor)
+        vs = parse_period("..2026-03-05", anchor=anchor)
+        r = audit_report(s.con, since=period.since, until=period.until, vs=vs)
+    assert r["totals"]["jobs"] == 4
+    c = {m["metric"]: m for m in r["comparison"]["metrics"]}
+    assert c["completion_rate_by_count"]["period"] == 0.75 and c["completion_rate_by_count"]["vs"] == 0.25
+    assert c["completion_rate_by_count"]["change"] == pytest.approx(0.5)
+    assert c["completion_rate_by_count"]["change_rel"] == pytest.approx(2.0)
+    assert c["wasted_gpu_hours"]["change"] == pytest.approx(-2.0)
+    assert c["wasted_gpu_hours"]["change_rel"] == pytest.approx(-2 / 3)
+    assert r["comparison"]["vs"]["until"] == "2026-03-06T00:00:00+00:00"  # a bare end date includes the day
+
+
+def test_compare_leaves_changes_null_when_a_period_has_no_jobs(tmp_path: Path) -> None:
+    db = store_with(tmp_path, [job("1", State.COMPLETED)])
+    with JobStore(db, read_only=True) as s:
+        a = audit_report(s.con)
+        b = audit_report(s.con, since=T0 + 100 * HOUR)
+    rows = {m["metric"]: m for m in compare(a, b)["metrics"]}
+    assert (
+        rows["completion_rate_by_count"]["vs"] is None and rows["completion_rate_by_count"]["change"] is None
+    )
+    assert rows["jobs"]["change"] == 1 and rows["jobs"]["change_rel"] is None
+
+
+def test_an_empty_store_gives_zeros_and_nulls_and_a_clear_message(tmp_path: Path) -> None:
+    db = store_with(tmp_path, [])
+    r = report_of(db)
+    assert r["totals"]["jobs"] == 0 and r["totals"]["gpu_hours"] == 0.0 and r["by_state"] == {}
+    assert r["completion_rate"] == {"by_count": None, "by_gpu_hours": None}
+    assert r["waiting"]["overall"]["median_s"] is None and r["weekly"] == []
+    res = CliRunner().invoke(app, ["audit", "--db", str(db)])
+    assert res.exit_code == 0 and "Nothing to audit" in res.output
+    res = CliRunner().invoke(app, ["audit", "--db", str(db), "--json", "--since", "30d"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["totals"]["jobs"] == 0
+
+
+def test_cli_json_is_one_clean_object_and_html_is_self_contained(tmp_path: Path) -> None:
+    jobs = [
+        job(str(i), State.FAILED if i % 3 == 0 else State.COMPLETED, submit=T0 + i * HOUR) for i in range(30)
+    ]
+    db = store_with(tmp_path, jobs)
+    html = tmp_path / "r.html"
+    res = CliRunner().invoke(app, ["audit", "--db", str(db), "--json", "--html", str(html), "--by", "name"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    for key in (
+        "totals",
+        "by_state",
+        "completion_rate",
+        "wasted_gpu_hours",
+        "top",
+        "repeat_failures",
+        "early_failures",
+        "timeouts",
+        "waiting",
+        "weekly",
+    ):
+        assert key in data
+    assert data["by_state"]["FAILED"]["jobs"] == 10 and data["top"]["by"] == "name"
+    text = html.read_text()
+    assert "<script src=" not in text.replace("'", '"').lower()
+    assert 'id="chart-outcome"' in text and "Plotly" in text and len(text) > 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--since", "yesterday"], "expected a date"),
+        (["--vs", "-7d.."], "--vs needs --period"),
+        (["--period", "-7d..", "--since", "3d"], "either --period or --since"),
+        (["--period", "2026-01-01"], "expected a period A..B"),
+        (["--by", "color"], "choose one of"),
+        (["--since", "2026-03-05", "--until", "2026-03-01"], "empty window"),
+    ],
+)
+def test_bad_options_give_one_clear_line_not_a_traceback(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    db = store_with(tmp_path, [job("1", State.COMPLETED)])
+    res = CliRunner().invoke(app, ["audit", "--db", str(db), *args])
+    assert res.exit_code != 0 and message in res.output
+    assert "Traceback" not in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
+def test_a_missing_store_is_a_one_line_error(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["audit", "--db", str(tmp_path / "nope.duckdb")])
+    assert res.exit_code == 1 and "no job store here yet" in res.output
+
+
+def test_write_html_replaces_the_file_whole(tmp_path: Path) -> None:
+    db = store_with(tmp_path, [job("1", State.COMPLETED), job("2", State.FAILED)])
+    out = tmp_path / "report.html"
+    out.write_text("old")
+    write_html(report_of(db), out)
+    text = out.read_text()
+    assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".headway-")]

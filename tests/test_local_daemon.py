@@ -1,0 +1,164 @@
+"""The local queue end to end: a real daemon, real supervisors, real jobs, the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+from test_local_support import DaemonProc, cli, start_daemon, wait_until
+
+__all__ = ["start_daemon"]
+
+JOB_FIELDS = {"id", "name", "user", "state", "exit_code", "gpus", "gpu_ids", "submit_time", "start_time", "end_time"}
+
+
+def _history(d: DaemonProc) -> dict[int, dict[str, object]]:
+    return {j["id"]: j for j in d.ask({"op": "history", "limit": 10_000})["jobs"]}
+
+
+def _ended(d: DaemonProc, ids: list[int]) -> Callable[[], bool]:
+    return lambda: set(ids) <= set(_history(d))
+
+
+def test_jobs_end_completed_failed_or_timeout_with_their_gpus_cwd_and_env(
+    start_daemon: Callable[..., DaemonProc], tmp_path: Path
+) -> None:
+    d = start_daemon(gpus="2")
+    work = tmp_path / "work"
+    work.mkdir()
+    env = dict(os.environ, HW_TEST_VAR="from-submitter")
+    script = 'echo "$CUDA_VISIBLE_DEVICES|$HW_TEST_VAR|$(pwd)"'
+    ok = d.submit(["sh", "-c", script], cwd=str(work), env=env, gpus=2, name="ok")
+    bad = d.submit(["sh", "-c", "exit 3"], name="bad")
+    slow = d.submit(["sleep", "30"], time_limit=0.5, name="slow")
+    cpu = d.submit(["true"], gpus=0, name="cpu")
+    wait_until(_ended(d, [ok, bad, slow, cpu]), 30, "four jobs to end")
+    h = _history(d)
+    assert (h[ok]["state"], h[ok]["exit_code"]) == ("COMPLETED", 0)
+    assert (h[bad]["state"], h[bad]["exit_code"]) == ("FAILED", 3)
+    assert h[slow]["state"] == "TIMEOUT"
+    assert h[cpu]["state"] == "COMPLETED" and h[cpu]["gpu_ids"] == []
+    assert sorted(h[ok]["gpu_ids"]) == [0, 1]  # type: ignore[call-overload]
+    assert JOB_FIELDS <= set(h[ok])
+    out = cli("logs", str(ok), state_dir=d.state_dir)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"0,1|from-submitter|{work}"
+    # Every ended job reaches the DuckDB job store (source 'local'), which the daemon does not keep locked.
+    def stored() -> int:
+        try:
+            con = duckdb.connect(str(d.state_dir / "jobs.duckdb"), read_only=True)
+        except duckdb.Error:
+            return -1
+        try:
+            row = con.execute("SELECT count(*) FROM jobs WHERE source = 'local'").fetchone()
+            return int(row[0]) if row else 0
+        finally:
+            con.close()
+
+    wait_until(lambda: stored() == 4, 20, "ended jobs in the job store")
+
+
+def test_cli_json_lists_pending_and_running_then_history_lists_ended(
+    start_daemon: Callable[..., DaemonProc],
+) -> None:
+    d = start_daemon(gpus="1")
+    sub = cli("submit", "--json", "--name", "long", "--time", "10m", "--", "sleep", "30", state_dir=d.state_dir)
+    assert sub.returncode == 0, sub.stderr
+    long_id = json.loads(sub.stdout)["id"]
+    waiting = d.submit(["true"], name="waiting")
+    wait_until(lambda: d.ask({"op": "queue"})["jobs"][0]["state"] == "RUNNING", 20, "the long job to run")
+    q = cli("queue", "--json", state_dir=d.state_dir)
+    assert q.returncode == 0, q.stderr
+    rows = json.loads(q.stdout)
+    assert [(r["id"], r["state"]) for r in rows] == [(long_id, "RUNNING"), (waiting, "PENDING")]
+    assert all(JOB_FIELDS <= set(r) for r in rows)
+    assert rows[0]["time_limit"] == 600 and rows[1]["rank"] == 1
+    table = cli("queue", state_dir=d.state_dir)
+    assert "JOBID" in table.stdout and "long" in table.stdout and "PD" in table.stdout
+    why = cli("why", str(waiting), "--json", state_dir=d.state_dir)
+    assert why.returncode == 0, why.stderr
+    w = json.loads(why.stdout)
+    assert w["rank"] == 1 and w["factors"] and w["estimated_start"] is not None
+    assert any("waits for GPUs" in line for line in w["explanation"])
+    words = cli("why", str(waiting), state_dir=d.state_dir)
+    assert "rank 1 of 1" in words.stdout and "estimated start" in words.stdout
+    c = cli("cancel", str(long_id), "--json", state_dir=d.state_dir)
+    assert c.returncode == 0, c.stderr
+    wait_until(_ended(d, [long_id, waiting]), 30, "both jobs to end")
+    hist = json.loads(cli("history", "--json", state_dir=d.state_dir).stdout)
+    states = {j["id"]: j["state"] for j in hist}
+    assert states == {long_id: "CANCELLED", waiting: "COMPLETED"}
+    assert json.loads(cli("queue", "--json", state_dir=d.state_dir).stdout) == []
+
+
+def test_logs_follow_streams_until_the_job_ends(start_daemon: Callable[..., DaemonProc]) -> None:
+    d = start_daemon(gpus="1")
+    code = "import time\nfor i in range(3):\n    print(i, flush=True); time.sleep(0.4)"
+    jid = d.submit([sys.executable, "-c", code])
+    r = cli("logs", str(jid), "-f", state_dir=d.state_dir)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "1", "2"]
+    assert _history(d)[jid]["state"] == "COMPLETED"
+
+
+def test_dependent_job_starts_after_its_dependency_completes(start_daemon: Callable[..., DaemonProc]) -> None:
+    d = start_daemon(gpus="2")
+    first = d.submit(["sleep", "0.5"])
+    then = d.submit(["true"], after=first)
+    wait_until(_ended(d, [first, then]), 30, "both jobs")
+    h = _history(d)
+    assert h[then]["state"] == "COMPLETED"
+    assert str(h[then]["start_time"]) >= str(h[first]["end_time"])
+
+
+def test_a_restarted_daemon_adopts_the_job_that_kept_running(
+    start_daemon: Callable[..., DaemonProc], tmp_path: Path
+) -> None:
+    d = start_daemon(gpus="1")
+    marker = tmp_path / "runs.txt"
+    jid = d.submit(["sh", "-c", f'echo run >> {marker}; sleep 2; echo done >> {marker}'])
+    wait_until(lambda: marker.exists(), 20, "the job to start")
+    d.kill(signal.SIGKILL)
+    time.sleep(0.3)
+    d.start()
+    q = d.ask({"op": "queue"})["jobs"]
+    assert [(j["id"], j["state"]) for j in q] == [(jid, "RUNNING")]
+    wait_until(_ended(d, [jid]), 20, "the adopted job to end")
+    assert _history(d)[jid]["state"] == "COMPLETED"
+    assert marker.read_text().split() == ["run", "done"]
+
+
+def test_client_errors_are_one_clear_line(start_daemon: Callable[..., DaemonProc], tmp_path: Path) -> None:
+    nobody = cli("queue", state_dir=tmp_path / "nowhere")
+    assert nobody.returncode == 1 and "no headway daemon" in nobody.stderr and "Traceback" not in nobody.stderr
+    d = start_daemon(gpus="2")
+    big = cli("submit", "--gpus", "3", "--", "true", state_dir=d.state_dir)
+    assert big.returncode == 1 and "this server has 2" in big.stderr
+    bad_time = cli("submit", "--time", "soon", "--", "true", state_dir=d.state_dir)
+    assert bad_time.returncode == 1 and "time 'soon'" in bad_time.stderr
+    missing = cli("cancel", "999", state_dir=d.state_dir)
+    assert missing.returncode == 1 and "no job 999" in missing.stderr
+    second = DaemonProc(d.state_dir)
+    try:
+        second.start(timeout=10)
+        raise AssertionError("a second daemon started on the same state dir")
+    except RuntimeError as e:
+        assert "already running" in str(e)
+    finally:
+        second.kill()
+
+
+def test_a_command_that_does_not_exist_fails_with_exit_127(start_daemon: Callable[..., DaemonProc]) -> None:
+    d = start_daemon(gpus="1")
+    jid = d.submit(["/nonexistent/cmd"])
+    wait_until(_ended(d, [jid]), 20, "the job")
+    h = _history(d)[jid]
+    assert (h["state"], h["exit_code"]) == ("FAILED", 127)
+    err = cli("logs", str(jid), "--stderr", state_dir=d.state_dir)
+    assert "cannot start" in err.stdout

@@ -1,0 +1,203 @@
+"""The sacct reader against real Slurm 22.05 output and hand-written edge cases; `--from-slurm`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from headway.cli import app
+from headway.schema import JOB_SCHEMA, JobRecord, table_to_records
+from headway.traces.base import BadInputError, ReadOptions
+from headway.traces.registry import sniff
+from headway.traces.sacct import READER, fetch_from_slurm, parse_since, sacct_command
+
+DATA = Path(__file__).parent / "data"
+EDGE = DATA / "sacct_edge_cases.txt"
+
+
+def _real(shared_traces: Path, name: str = "sacct_allocations.txt") -> Path:
+    return shared_traces / "slurm-22.05" / name
+
+
+def _by_id(path: Path, **opts: object) -> dict[str, JobRecord]:
+    res = READER.read(path, ReadOptions(**opts))  # type: ignore[arg-type]
+    return {r.job_id: r for r in table_to_records(res.table)}
+
+
+@pytest.mark.shared
+def test_real_sacct_output_gives_all_23_jobs_with_their_states(shared_traces: Path) -> None:
+    res = READER.read(_real(shared_traces), ReadOptions(tz="UTC"))
+    assert res.table.schema == JOB_SCHEMA
+    assert res.rows_read == 23 and res.table.num_rows == 23 and res.bad_row_count == 0
+    assert res.missing_fields == []
+    states = res.table.column("state").to_pylist()
+    assert states.count("COMPLETED") == 14 and states.count("FAILED") == 7
+    assert states.count("TIMEOUT") == 1 and states.count("CANCELLED") == 1
+    assert set(res.table.column("source").to_pylist()) == {"sacct"}
+
+
+@pytest.mark.shared
+def test_real_two_node_job_counts_16_gpus_once_not_typed_plus_untyped(shared_traces: Path) -> None:
+    jobs = _by_id(_real(shared_traces), tz="UTC")
+    multi = jobs["23"]
+    assert multi.gpus == 16 and multi.nodes == 2 and multi.cpus == 2
+    assert jobs["1"].gpus == 8 and jobs["3"].gpus == 4
+    assert sum(j.gpus for j in jobs.values()) == 76
+
+
+@pytest.mark.shared
+def test_real_exit_codes_limits_and_cancelled_by_uid(shared_traces: Path) -> None:
+    jobs = _by_id(_real(shared_traces), tz="UTC")
+    assert jobs["4"].exit_code == 1 and jobs["5"].exit_code == 2
+    assert jobs["22"].state == "CANCELLED"  # "CANCELLED by 0"
+    timeout = jobs["21"]
+    assert timeout.state == "TIMEOUT" and timeout.time_limit == 60
+    assert timeout.runtime == 73  # ElapsedRaw agrees with Start/End
+    assert jobs["1"].mem_mb == 64000 and jobs["1"].priority_class == "normal"
+    assert jobs["1"].submit_time == dt.datetime(2026, 11, 29, 14, 37, 13, tzinfo=dt.UTC)
+
+
+@pytest.mark.shared
+def test_file_with_job_steps_gives_the_same_jobs_as_the_allocations_file(shared_traces: Path) -> None:
+    alloc = READER.read(_real(shared_traces), ReadOptions(tz="UTC"))
+    steps = READER.read(_real(shared_traces, "sacct_with_steps.txt"), ReadOptions(tz="UTC"))
+    assert steps.bad_row_count == 0
+    assert steps.table.equals(alloc.table)
+    assert any("job-step" in n for n in steps.notes)
+
+
+@pytest.mark.shared
+def test_naive_times_are_converted_from_the_given_time_zone(shared_traces: Path) -> None:
+    utc = _by_id(_real(shared_traces), tz="UTC")
+    berlin = _by_id(_real(shared_traces), tz="Europe/Berlin")
+    assert utc["1"].submit_time - berlin["1"].submit_time == dt.timedelta(hours=1)
+
+
+def test_edge_cases_pending_typed_only_array_het_and_unlimited() -> None:
+    jobs = _by_id(EDGE, tz="UTC")
+    pending = jobs["900"]
+    assert pending.state == "PENDING" and pending.start_time is None and pending.end_time is None
+    assert pending.gpus == 4  # from ReqTRES: AllocTRES is empty
+    assert pending.time_limit == 86400 and pending.priority_class == "high"
+    array = jobs["901_4"]
+    assert array.gpus == 2 and array.time_limit is None  # typed only; UNLIMITED
+    assert array.mem_mb == 8000  # 4000Mc x 2 CPUs
+    het = jobs["902+0"]
+    assert het.state == "CANCELLED" and het.gpus == 2 and het.time_limit is None
+    assert jobs["903"].state == "OUT_OF_MEMORY" and jobs["903"].time_limit == 1800
+    assert jobs["903"].gpus == 0
+    assert jobs["906"].gpus == 8 and jobs["906"].time_limit == 216000
+    assert "903.batch" not in jobs
+
+
+def test_bad_rows_are_reported_with_file_line_and_reason_and_skipped() -> None:
+    res = READER.read(EDGE, ReadOptions(tz="UTC"))
+    assert res.table.num_rows == 5
+    assert res.bad_row_count == 2
+    texts = [str(b) for b in res.bad_rows]
+    assert texts[0].startswith(f"{EDGE}:8: Submit") and "29/03/2026 01:00" in texts[0]
+    assert texts[1] == f"{EDGE}:9: expected 18 fields, found 5"
+    assert any("signal" in n for n in res.notes)
+
+
+def test_strict_makes_the_first_bad_row_fatal() -> None:
+    with pytest.raises(BadInputError, match=r"sacct_edge_cases.txt:8: Submit"):
+        READER.read(EDGE, ReadOptions(strict=True, tz="UTC"))
+
+
+def test_dst_change_is_handled_by_the_time_zone_not_by_offset_arithmetic() -> None:
+    jobs = _by_id(EDGE, tz="Europe/Berlin")
+    array = jobs["901_4"]  # 01:30 CET to 03:30 CEST on 2026-03-29 is one hour
+    assert array.runtime == 3600
+    assert array.start_time == dt.datetime(2026, 3, 29, 0, 30, tzinfo=dt.UTC)
+
+
+def test_timelimit_and_elapsed_text_forms_fill_end_when_end_is_absent(tmp_path: Path) -> None:
+    p = tmp_path / "s.txt"
+    p.write_text(
+        "JobID|State|Start|Elapsed|Timelimit\n"
+        "1|COMPLETED|2026-01-01T00:00:00|1-01:00:00|2-00:00:00\n"
+        "2|RUNNING|2026-01-01T00:00:00|00:10:00|30:00\n"
+    )
+    jobs = _by_id(p, tz="UTC")
+    assert jobs["1"].runtime == 90000 and jobs["1"].time_limit == 172800
+    assert jobs["2"].end_time is None and jobs["2"].time_limit == 1800
+
+
+def test_missing_columns_are_listed_and_left_null(tmp_path: Path) -> None:
+    p = tmp_path / "s.txt"
+    p.write_text("JobID|State\n1|COMPLETED\n")
+    res = READER.read(p, ReadOptions(tz="UTC"))
+    assert res.table.num_rows == 1
+    assert {"gpus", "submit_time", "user", "time_limit"} <= set(res.missing_fields)
+    assert res.table.column("gpus").to_pylist() == [None]
+
+
+def test_a_file_that_is_not_sacct_output_is_one_clear_error(tmp_path: Path) -> None:
+    p = tmp_path / "x.txt"
+    p.write_text("hello|world\n1|2\n")
+    with pytest.raises(BadInputError, match="no JobID column"):
+        READER.read(p, ReadOptions())
+
+
+def test_sniff_claims_sacct_but_not_csv_exports() -> None:
+    assert sniff(EDGE) == "sacct"
+    assert not READER.sniff(DATA / "slurmdb_job_table.csv", (DATA / "slurmdb_job_table.csv").read_bytes())
+
+
+def test_since_accepts_spans_and_dates() -> None:
+    now = dt.datetime(2026, 3, 1, 12, 0)
+    assert parse_since("30d", now) == dt.datetime(2026, 1, 30, 12, 0)
+    assert parse_since("12h", now) == dt.datetime(2026, 3, 1, 0, 0)
+    assert parse_since("2w", now) == dt.datetime(2026, 2, 15, 12, 0)
+    assert parse_since("2026-01-01", now) == dt.datetime(2026, 1, 1)
+    with pytest.raises(BadInputError, match="--since"):
+        parse_since("last tuesday", now)
+    argv = sacct_command(dt.datetime(2026, 1, 1, 8, 30))
+    assert argv[:4] == ["sacct", "-a", "-X", "-P"] and argv[-4:] == ["-S", "2026-01-01T08:30:00", "-E", "now"]
+
+
+def test_from_slurm_without_sacct_on_path_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BadInputError, match="sacct not found"):
+        fetch_from_slurm("30d")
+
+
+def _fake_sacct(tmp_path: Path, body: str) -> None:
+    exe = tmp_path / "sacct"
+    exe.write_text("#!/bin/sh\n" + body)
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+
+
+def test_from_slurm_reports_a_refused_sacct(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _fake_sacct(tmp_path, "echo 'sacct: error: Permission denied' >&2\nexit 1\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(BadInputError, match="sacct failed: sacct: error: Permission denied"):
+        fetch_from_slurm("1d")
+
+
+def test_ingest_from_slurm_runs_sacct_and_stores_its_jobs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _fake_sacct(tmp_path, f"cat '{EDGE}'\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    db = tmp_path / "jobs.duckdb"
+    result = CliRunner().invoke(app, ["ingest", "--from-slurm", "--since", "7d", "--db", str(db), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["jobs_in_store"] == 5 and summary["files"][0]["format"] == "sacct"
+
+
+@pytest.mark.shared
+def test_ingest_cli_auto_detects_sacct_and_stores_23_jobs(shared_traces: Path, tmp_path: Path) -> None:
+    db = tmp_path / "jobs.duckdb"
+    args = ["ingest", str(_real(shared_traces)), "--db", str(db), "--json", "--tz", "UTC"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    again = CliRunner().invoke(app, args)
+    summary = json.loads(again.stdout)
+    assert summary["jobs_in_store"] == 23 and summary["files"][0]["format"] == "sacct"

@@ -1,0 +1,107 @@
+"""The HTML audit report opened in a real headless Chromium: every chart must actually draw, offline.
+
+Needs Debian's `chromium` (tests/setup/services.sh installs it). Skips without it, unless
+HEADWAY_REQUIRE_SERVICES=1 (CI), where a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from headway.audit import audit_report, write_html
+from headway.audit.html import CHART_IDS
+from headway.store import JobStore
+from headway.traces.base import ReadOptions
+from headway.traces.registry import get_reader
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def _chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        if os.environ.get("HEADWAY_REQUIRE_SERVICES") == "1":
+            pytest.fail("chromium is missing and HEADWAY_REQUIRE_SERVICES=1 (run tests/setup/services.sh)")
+        pytest.skip("chromium not installed (tests/setup/services.sh installs it)")
+    return exe
+
+
+def _philly_sample(request: pytest.FixtureRequest) -> Path:
+    """The bundled Philly sample, or the shared trace when the package data is not there."""
+    try:
+        from headway.data import sample_path
+
+        return sample_path("philly_jobs.json.gz")
+    except (ImportError, FileNotFoundError):
+        shared: Path = request.getfixturevalue("shared_traces")  # skips when absent
+        return shared / "philly-dre" / "philly_jobs.json"
+
+
+def _dump_dom(exe: str, page: Path, profile: Path) -> str:
+    cmd = [
+        exe,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=10000",
+        "--dump-dom",
+        page.resolve().as_uri(),
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
+def _sections(dom: str) -> dict[str, str]:
+    """Chart id -> the DOM of its <section> (sections do not nest)."""
+    out = {}
+    for m in re.finditer(r'<section class="chart" id="([^"]+)">(.*?)</section>', dom, re.S):
+        out[m.group(1)] = m.group(2)
+    return out
+
+
+def test_every_chart_of_the_html_report_draws_in_headless_chromium(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    exe = _chromium()
+    src = _philly_sample(request)
+    res = get_reader("philly").read(src, ReadOptions())
+    db = tmp_path / "jobs.duckdb"
+    with JobStore(db) as store:
+        store.upsert(res.table)
+        report = audit_report(store.con)
+    page = write_html(report, tmp_path / "report.html")
+    text = page.read_text()
+    assert not re.search(r"<script[^>]+src=['\"]?https?:", text, re.I), (
+        "report loads a script from the network"
+    )
+    assert not re.search(r"<link[^>]+href=['\"]?https?:", text, re.I)
+
+    dom = _dump_dom(exe, page, tmp_path / "profile")
+    sections = _sections(dom)
+    assert set(CHART_IDS) <= set(sections), f"charts missing from the page: {set(CHART_IDS) - set(sections)}"
+    for cid in CHART_IDS:
+        html = sections[cid]
+        assert 'class="main-svg"' in html, f"{cid}: plotly drew no svg"
+        traces = re.findall(r'class="trace (bars|scatter)[^"]*"', html)
+        assert traces, f"{cid}: no trace drawn"
+        bars = len(re.findall(r'<g class="point"><path d="M[^"]+"', html))
+        lines = len(re.findall(r'class="js-line" d="M[-\d.,]+L', html))  # a polyline, not a legend stub
+        assert bars + lines > 0, f"{cid}: traces have no bars or lines"
+    # the outcome chart has one bar per state; the early-failure chart one line per outcome
+    assert len(re.findall(r'<g class="point"><path d="M', sections["chart-outcome"])) == len(
+        report["by_state"]
+    )
+    assert len(re.findall(r'class="js-line" d="M[-\d.,]+L', sections["chart-early"])) == 2

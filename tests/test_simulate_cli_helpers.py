@@ -1,0 +1,103 @@
+"""Pieces of `headway simulate` that need no engine: reference figures, goals, option parsing, loading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+
+from headway.commands.simulate import (
+    TraceInfo,
+    _parse_loads,
+    _parse_policies,
+    goals,
+    helios_reference,
+    load_jobs,
+    reference_for,
+    reference_rows,
+    wants_reference,
+)
+from headway.sim.synth import generate
+
+
+def test_helios_reference_has_the_issue_figures() -> None:
+    figs = {(f.policy, f.load, f.metric): f.value for f in helios_reference()}
+    assert figs[("fifo", "natural", "time_to_success_mean")] == 126_008
+    assert figs[("sjf-oracle", "1.0", "time_to_success_mean")] == 167_159
+    assert figs[("qssf", "1.0", "queue_delay_p99")] == 3_608_957
+    assert len(figs) == 8
+
+
+def test_reference_matches_the_load_asked_for() -> None:
+    assert {f.load for f in reference_for(None)} == {"natural"}
+    assert {f.load for f in reference_for(1.0)} == {"1.0"}
+    assert reference_for(0.8) == []
+
+
+def test_reference_is_automatic_only_for_the_philly_sample_on_512_gpus() -> None:
+    philly = TraceInfo("x.json", "philly", 5910, ["philly"])
+    assert wants_reference("auto", philly, 512)
+    assert not wants_reference("auto", philly, 1024)
+    assert not wants_reference("auto", TraceInfo("y", "sacct", 5910, ["sacct"]), 512)
+    assert wants_reference("helios-philly", TraceInfo("y", "sacct", 10, ["sacct"]), 8)
+    assert not wants_reference("none", philly, 512)
+
+
+def test_reference_rows_put_impact_beside_helios_qssf() -> None:
+    ours = {"qssf": {"time_to_success_mean": 90_000.0}, "impact": {"time_to_success_mean": 80_000.0}}
+    rows = reference_rows(reference_for(None), ours)
+    q = next(r for r in rows if r["policy"] == "qssf" and r["metric"] == "time_to_success_mean")
+    assert q["helios"] == 104_075
+    assert q["headway"] == 90_000.0
+    assert q["impact_beats_helios_qssf"] is True
+
+
+def test_goals_report_ratios_and_whether_they_are_met() -> None:
+    m = {
+        "impact": {"time_to_success_mean": 60.0, "queue_delay_p99": 200.0, "utilisation": 0.80},
+        "multifactor": {"time_to_success_mean": 100.0, "queue_delay_p99": 100.0, "utilisation": 0.805},
+        "fifo": {"time_to_success_mean": 200.0, "queue_delay_p99": 50.0, "utilisation": 0.79},
+    }
+    g = {x["goal"]: x for x in goals(m)}
+    assert g["impact time_to_success_mean <= 0.7x multifactor"]["met"]
+    assert g["impact time_to_success_mean <= 0.5x fifo"]["ratio"] == pytest.approx(0.3)
+    assert not g["impact queue_delay_p99 <= 1.5x multifactor"]["met"]
+    assert g["impact utilisation within 1 point of multifactor"]["met"]
+    assert goals({"fifo": {}}) == []
+
+
+def test_option_parsing_rejects_unknown_policies_and_bad_loads() -> None:
+    assert _parse_policies("fifo, impact,fifo") == ["fifo", "impact"]
+    assert _parse_loads("0.6,natural,1") == [0.6, None, 1.0]
+    with pytest.raises(typer.Exit):
+        _parse_policies("fifo,magic")
+    with pytest.raises(typer.Exit):
+        _parse_loads("0.5,lots")
+    with pytest.raises(typer.Exit):
+        _parse_loads("-1")
+
+
+def test_load_jobs_reads_a_synth_parquet_file(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    p = tmp_path / "t.parquet"
+    pq.write_table(generate(100, seed=1), p)
+    table, info = load_jobs(p, "auto", None)
+    assert table.num_rows == 100
+    assert info.format == "parquet"
+    assert info.sources == ["synth"]
+
+
+def test_load_jobs_refuses_a_missing_file_and_both_inputs(tmp_path: Path) -> None:
+    with pytest.raises(typer.Exit):
+        load_jobs(tmp_path / "none.json", "auto", None)
+    with pytest.raises(typer.Exit):
+        load_jobs(tmp_path / "none.json", "auto", tmp_path / "db.duckdb")
+
+
+def test_load_jobs_reads_the_philly_sample(shared_traces: Path) -> None:
+    _table, info = load_jobs(shared_traces / "philly-dre" / "philly_jobs.json", "auto", None)
+    assert info.format == "philly"
+    assert info.jobs == 5910
+    assert wants_reference("auto", info, 512)

@@ -1,0 +1,249 @@
+"""The Slurm adapter without a cluster: parsers on real Slurm 22.05 output, SiteFactor mapping, and a
+sync pass driven through stand-in Slurm commands (shell scripts on PATH) to prove the failure rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headway.predict.api import EndedJob, Predictions, SubmittedJob
+from headway.slurm.queue import (
+    ParseError,
+    parse_duration,
+    parse_sinfo,
+    parse_site_factors,
+    parse_sprio_long,
+    parse_squeue_json,
+    parse_squeue_text,
+)
+from headway.slurm.runner import Runner, SlurmDenied, SlurmDown, SlurmMissing, classify
+from headway.slurm.sitefactor import Change, FactorRange, apply_changes, map_ranks, plan_changes
+from headway.slurm.sync import SlurmSync, SyncOptions, run_loop
+
+SLURM = "slurm-22.05"
+
+
+class RatePredictor:
+    """A test stand-in for the online predictor: per-user success rate, fixed runtimes."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list[bool]] = {}
+
+    def predict(self, jobs: Sequence[SubmittedJob], now: float) -> Predictions:
+        p = np.array(
+            [
+                (sum(self.seen.get(j.user or "", [])) + 1) / (len(self.seen.get(j.user or "", [])) + 2)
+                for j in jobs
+            ]
+        )
+        n = len(jobs)
+        return Predictions(p, np.full(n, 600.0), np.full(n, 900.0), np.full(n, 300.0))
+
+    def observe_end(self, ended: EndedJob) -> None:
+        self.seen.setdefault(ended.job.user or "", []).append(ended.state == "COMPLETED")
+
+    def maybe_retrain(self, now: float) -> bool:
+        return False
+
+
+# --------------------------------------------------------------------------- parsers on real output
+def test_squeue_json_reads_pending_and_running_jobs_with_gpu_totals(shared_traces: Path) -> None:
+    jobs = parse_squeue_json((shared_traces / SLURM / "squeue_pending.json").read_text())
+    assert len(jobs) == 23
+    pending = [j for j in jobs if j.state == "PENDING"]
+    running = [j for j in jobs if j.state == "RUNNING"]
+    assert len(pending) == 19 and len(running) == 4
+    by_id = {j.job_id: j for j in jobs}
+    assert by_id["23"].gpus == 16.0 and by_id["23"].nodes == 2  # 2 nodes x 8 GPUs, from tres_req_str
+    assert by_id["5"].gpus == 1.0 and by_id["5"].user == "carol" and by_id["5"].name == "debug-run"
+    assert by_id["21"].time_limit == 60.0  # minutes in JSON, seconds in headway
+    assert by_id["1"].start_time is not None and by_id["5"].start_time is None
+    assert by_id["1"].priority == 10000
+
+
+def test_sprio_long_gives_priority_and_each_factor(shared_traces: Path) -> None:
+    rows = parse_sprio_long((shared_traces / SLURM / "sprio_long.txt").read_text())
+    assert len(rows) == 19
+    r = rows["23"]
+    assert r.user == "dave" and r.priority == 10000
+    assert r.factors["site"] == 0 and r.factors["partition"] == 10000 and r.factors["age"] == 0
+
+
+def test_squeue_text_fallback_parses_the_O_format() -> None:
+    text = (
+        "3|PENDING|bob|(null)|wrap|gpu|normal|2026-11-29T15:19:38|N/A|UNLIMITED|1|gres:gpu:8|N/A|10000|\n"
+        "1|RUNNING|alice|lab|train|gpu|normal|2026-11-29T15:19:09|2026-11-29T15:19:15|1-02:00:00|2|"
+        "gres:gpu:a100:4|N/A|10007|\n"
+        "9|COMPLETING|carol|(null)|x|gpu|normal|2026-11-29T15:19:09|N/A|5:00|1|N/A|N/A|1|\n"
+    )
+    jobs = parse_squeue_text(text)
+    assert [j.job_id for j in jobs] == ["3", "1"]
+    assert jobs[0].gpus == 8 and jobs[0].time_limit is None and jobs[0].account is None
+    assert jobs[1].gpus == 8 and jobs[1].time_limit == 26 * 3600 and jobs[1].priority == 10007
+    with pytest.raises(ParseError, match="line 1"):
+        parse_squeue_text("1|PENDING|bob\n")
+
+
+def test_sinfo_and_site_factor_parsers() -> None:
+    nodes = parse_sinfo("n1|gpu:a100:8|gpu:a100:8(IDX:0-7)|mixed|\nn3|gpu:v100:4|gpu:v100:0(IDX:N/A)|idle|\n")
+    assert [(n.name, n.gpus, n.used) for n in nodes] == [("n1", 8, 8), ("n3", 4, 0)]
+    assert parse_site_factors("1|0\n2|500\n") == {"1": 0, "2": 500}
+    assert parse_duration("2-00:00:10") == 2 * 86400 + 10 and parse_duration("05:00") == 300
+
+
+def test_errors_are_sorted_into_down_denied_and_missing() -> None:
+    assert isinstance(
+        classify("squeue", 1, "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"),
+        SlurmDown,
+    )
+    assert isinstance(classify("scontrol", 1, "Access/permission denied for job 5"), SlurmDenied)
+    with pytest.raises(SlurmMissing, match="squeue not found"):
+        Runner(env={"PATH": "/nonexistent"}).which("squeue")
+
+
+# --------------------------------------------------------------------------- SiteFactor mapping
+def test_ranks_map_evenly_onto_the_range_best_first() -> None:
+    assert map_ranks(["a", "b", "c"], FactorRange(0, 100)) == {"a": 100, "b": 50, "c": 0}
+    assert map_ranks(["a"], FactorRange(-10, 10)) == {"a": 10}
+    vals = list(map_ranks([str(i) for i in range(1000)], FactorRange(0, 100000)).values())
+    assert vals == sorted(vals, reverse=True) and len(set(vals)) == 1000  # strict order survives
+    assert FactorRange.parse("-5000:5000") == FactorRange(-5000, 5000)
+    for bad in ("5:1", "a:b", "100"):
+        with pytest.raises(ValueError, match="--range"):
+            FactorRange.parse(bad)
+
+
+def test_only_changed_values_are_planned() -> None:
+    changes = plan_changes({"1": 10, "2": 20, "3": 30}, {"1": 10, "2": 5})
+    assert [(c.job_id, c.old, c.new) for c in changes] == [("2", 5, 20), ("3", None, 30)]
+
+
+# --------------------------------------------------------------------------- stand-in Slurm commands
+def _script(path: Path, body: str) -> None:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+@pytest.fixture
+def fake_slurm(tmp_path: Path, shared_traces: Path) -> Path:
+    """squeue/sinfo/sacct/sprio/scontrol replaced by scripts serving the real 22.05 samples.
+
+    `touch $DIR/down` makes every command answer as when slurmctld is stopped (sacct keeps working, as it
+    talks to slurmdbd); scontrol appends each call to $DIR/scontrol.log.
+    """
+    d = tmp_path / "bin"
+    d.mkdir()
+    src = shared_traces / SLURM
+    down = f'if [ -e "{d}/down" ]; then echo "slurm_load_jobs error: Unable to contact slurm controller (connect failure)" >&2; exit 1; fi\n'
+    _script(d / "squeue", down + f'cat "{src / "squeue_pending.json"}"\n')
+    _script(
+        d / "sinfo",
+        down
+        + "printf 'n1|gpu:a100:8|gpu:a100:8(IDX:0-7)|allocated|\\nn2|gpu:a100:8|gpu:a100:8(IDX:0-7)|allocated|\\nn3|gpu:v100:4|gpu:v100:4(IDX:0-3)|allocated|\\nn4|gpu:v100:4|gpu:v100:4(IDX:0-3)|allocated|\\n'\n",
+    )
+    _script(d / "sacct", f'cat "{src / "sacct_allocations.txt"}" | head -n 11\n')
+    _script(
+        d / "sprio",
+        down
+        + f'[ -e "{d}/sites" ] && cat "{d}/sites" || awk \'NR>1 {{print $1 "|0"}}\' "{src / "sprio_long.txt"}"\n',
+    )
+    _script(
+        d / "scontrol",
+        down + f'echo "$@" >> "{d}/scontrol.log"\n'
+        'case "$2" in *JobId=13*) echo "Job has already finished for job 13" >&2; exit 1;; esac\n',
+    )
+    return d
+
+
+def _runner(bin_dir: Path) -> Runner:
+    return Runner(timeout_s=10, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+
+
+def test_dry_run_plans_every_pending_gpu_job_and_writes_nothing(fake_slurm: Path, tmp_path: Path) -> None:
+    db = tmp_path / "jobs.duckdb"
+    sync = SlurmSync(_runner(fake_slurm), SyncOptions(apply=False, db=db), predictor_factory=RatePredictor)
+    report = sync.run_pass()
+    assert report.ok and report.dry_run and report.plan is not None
+    assert report.plan.pending == 19 and len(report.plan.rows) == 19
+    assert not (fake_slurm / "scontrol.log").exists() and not db.exists()
+    assert report.plan.history_new == 10  # ten ended jobs in the sacct sample's first rows
+    # carol's debug-run failed in history (jobs 5-10): it ranks below dave's finetune jobs.
+    rank = {r.job_id: r.rank for r in report.plan.rows}
+    assert max(rank[j] for j in ("11", "12", "13")) < min(rank[j] for j in ("5", "6", "7"))
+    targets = [r.target for r in report.plan.rows]
+    assert targets == sorted(targets, reverse=True) and targets[0] == 100000 and targets[-1] == 0
+
+
+def test_apply_writes_changed_values_in_batches_and_reports_failures_per_job(
+    fake_slurm: Path, tmp_path: Path
+) -> None:
+    db = tmp_path / "jobs.duckdb"
+    sync = SlurmSync(_runner(fake_slurm), SyncOptions(apply=True, db=db), predictor_factory=RatePredictor)
+    report = sync.run_pass()
+    calls = (fake_slurm / "scontrol.log").read_text().splitlines()
+    assert report.plan is not None and len(report.plan.changes) == 18  # the one mapped to 0 is unchanged
+    assert len(calls) == report.commands == 18
+    assert all(c.startswith("update JobId=") and "SiteFactor=" in c for c in calls)
+    assert list(report.failed) == ["13"] and "already finished" in report.failed["13"]
+    assert len(report.applied) == 17 and report.ok
+    assert db.exists()  # new history stored with --apply
+    # Next pass: Slurm now has the values (bar job 13), so only job 13 is retried.
+    sites = {c.job_id: c.new for c in report.applied}
+    (fake_slurm / "sites").write_text(
+        "".join(f"{r.job_id}|{sites.get(r.job_id, r.current or 0)}\n" for r in report.plan.rows)
+    )
+    again = sync.run_pass()
+    assert again.plan is not None and [c.job_id for c in again.plan.changes] == ["13"]
+
+
+def test_loop_survives_a_down_controller_and_writes_nothing_meanwhile(
+    fake_slurm: Path, tmp_path: Path
+) -> None:
+    sync = SlurmSync(
+        _runner(fake_slurm),
+        SyncOptions(apply=True, db=tmp_path / "j.duckdb"),
+        predictor_factory=RatePredictor,
+    )
+    (fake_slurm / "down").touch()
+    reports = []
+
+    def on_report(r: object) -> None:
+        reports.append(r)
+        if len(reports) == 3:
+            (fake_slurm / "down").unlink()
+
+    run_loop(sync, 0.01, on_report, max_passes=4)
+    assert [r.ok for r in reports] == [False, False, False, True]
+    assert all("not answering" in (r.error or "") for r in reports[:3])
+    log = (fake_slurm / "scontrol.log").read_text().splitlines()
+    assert len(log) == reports[3].commands  # every write came from the pass after the controller returned
+
+
+def test_a_write_that_finds_the_controller_gone_stops_the_pass(fake_slurm: Path) -> None:
+    runner = _runner(fake_slurm)
+    (fake_slurm / "down").touch()
+    rep = apply_changes(runner, [Change("5", 0, 10), Change("6", 0, 20)])
+    assert rep.aborted is not None and rep.commands == 1 and not rep.applied
+
+
+def test_sync_cli_dry_run_json_is_clean(
+    fake_slurm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from headway.cli import app
+
+    monkeypatch.setenv("PATH", f"{fake_slurm}:{os.environ['PATH']}")
+    monkeypatch.setattr("headway.slurm.sync.default_predictor", RatePredictor)
+    res = CliRunner().invoke(app, ["slurm", "sync", "--once", "--json", "--db", str(tmp_path / "x.duckdb")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["dry_run"] is True and doc["pending"] == 19 and doc["applied"] == []
+    bad = CliRunner().invoke(app, ["slurm", "sync", "--once", "--range", "9:1"])
+    assert bad.exit_code == 1 and "LO must be below HI" in bad.output and "Traceback" not in bad.output

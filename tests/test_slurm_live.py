@@ -1,0 +1,278 @@
+"""headway next to a real slurmctld: a private 4-node, 24-fake-GPU Slurm 22.05 cluster started here.
+
+The session fixture starts the cluster (config through SLURM_CONF in a temp dir, never /etc) and stops
+it at the end. Without Slurm or root these tests skip with the reason; with HEADWAY_REQUIRE_SERVICES=1
+(CI) they fail instead. One `--time=1` job (killed by Slurm after ~80-90 s) runs alongside the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
+from cluster import TestCluster, ensure_users, missing_reason
+
+pytestmark = pytest.mark.slow
+USERS = ("alice", "bob", "carol", "dave")
+REQUIRE = os.environ.get("HEADWAY_REQUIRE_SERVICES") == "1"
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[TestCluster]:
+    reason = missing_reason()
+    if reason:
+        if REQUIRE:
+            pytest.fail(f"HEADWAY_REQUIRE_SERVICES=1 but {reason}")
+        pytest.skip(reason)
+    ensure_users(USERS)
+    # Jobs run as the test users, who must reach the job directory: pytest's own temp dirs are 0700.
+    base = Path(tempfile.mkdtemp(prefix="headway-slurm-"))
+    base.chmod(0o755)
+    c = TestCluster(base)
+    try:
+        c.start()
+    except Exception:
+        c.stop()
+        raise
+    try:
+        yield c
+    finally:
+        c.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def wait_for(what: str, ok: Any, timeout: float, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = ok()
+        if v:
+            return v
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def sacct_states(c: TestCluster, ids: list[str]) -> dict[str, str]:
+    r = c._run(["sacct", "-X", "-P", "-n", "-o", "JobID,State", "-j", ",".join(ids)])
+    return {
+        line.split("|")[0]: line.split("|")[1].split()[0] for line in r.stdout.splitlines() if "|" in line
+    }
+
+
+def sacct_starts(c: TestCluster, ids: list[str]) -> dict[str, str]:
+    r = c._run(["sacct", "-X", "-P", "-n", "-o", "JobID,Start", "-j", ",".join(ids)])
+    return {line.split("|")[0]: line.split("|")[1] for line in r.stdout.splitlines() if "|" in line}
+
+
+def site_factors(c: TestCluster) -> dict[str, int]:
+    r = c._run(["sprio", "-h", "-o", "%i|%S"])
+    return {a.strip(): int(b) for a, b in (ln.split("|") for ln in r.stdout.splitlines() if "|" in ln)}
+
+
+def headway(c: TestCluster, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "headway.cli", *args],
+        env=c.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="session")
+def history(cluster: TestCluster) -> dict[str, Any]:
+    """Users whose history differs, plus one timeout and one cancelled job; waits for the short ones."""
+    c = cluster
+    jobs: dict[str, Any] = {
+        "timeout": c.sbatch(
+            "dave", "-J", "long-train", "--time=1", "-w", "n1", "--gres=gpu:1", script="sleep 300"
+        )
+    }
+    jobs["cancelled"] = c.sbatch("carol", "-J", "notebook", "-w", "n2", "--gres=gpu:1", script="sleep 300")
+    ok = [
+        c.sbatch(u, "-J", "train", "--gres=gpu:1", script="sleep 1") for u in ("alice",) * 3 + ("carol",) * 2
+    ]
+    bad = [c.sbatch("bob", "-J", "train", "--gres=gpu:1", script="sleep 1; exit 3") for _ in range(3)]
+    jobs["completed"], jobs["failed"] = ok, bad
+    wait_for("the cancel target to start", lambda: c.squeue_states().get(jobs["cancelled"]) == "RUNNING", 30)
+    c._run(["scancel", jobs["cancelled"]])
+    short = [*ok, *bad, jobs["cancelled"]]
+    wait_for(
+        "short history jobs in sacct",
+        lambda: (
+            all(s in ("COMPLETED", "FAILED", "CANCELLED") for s in sacct_states(c, short).values())
+            and len(sacct_states(c, short)) == len(short)
+        ),
+        60,
+    )
+    jobs["db"] = str(c.dir / "headway.duckdb")
+    return jobs
+
+
+def test_slurm_starts_pending_jobs_in_headways_order(cluster: TestCluster, history: dict[str, Any]) -> None:
+    c = cluster
+    # Fill every GPU (n1 keeps 1 for the timeout job), then queue gang jobs that each need 4 GPUs on all
+    # 4 nodes, so they can only run one after another: their start times show Slurm's order.
+    blockers = [
+        c.sbatch("root", "-J", "blocker", "-w", n, f"--gres=gpu:{g}", script="sleep 20")
+        for n, g in (("n1", 7), ("n2", 8), ("n3", 4), ("n4", 4))
+    ]
+    wait_for("blockers running", lambda: all(c.squeue_states().get(b) == "RUNNING" for b in blockers), 30)
+    submit_order = [
+        c.sbatch(u, "-J", "train", "--nodes=4", "--ntasks-per-node=1", "--gres=gpu:4", script="sleep 3")
+        for u in ("bob", "dave", "carol", "alice")
+    ]
+    before = site_factors(c)
+    assert set(submit_order) <= set(before) and all(before[j] == 0 for j in submit_order)
+
+    dry = headway(c, "slurm", "sync", "--once", "--json", "--db", history["db"])
+    assert dry.returncode == 0, dry.stderr
+    plan = json.loads(dry.stdout)
+    assert plan["dry_run"] and plan["applied"] == [] and plan["scontrol_calls"] == 0
+    assert site_factors(c) == before  # a dry run changes nothing
+
+    res = headway(c, "slurm", "sync", "--once", "--apply", "--json", "--db", history["db"])
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    order = [j["job_id"] for j in sorted(report["jobs"], key=lambda j: j["rank"])]
+    assert sorted(order) == sorted(submit_order)
+    assert order != submit_order, "headway's order equals submission order: the test would prove nothing"
+    assert report["failed"] == {} and len(report["applied"]) >= len(order) - 1
+    planned = {j["job_id"]: j["site_factor_planned"] for j in report["jobs"]}
+    now = site_factors(c)
+    assert {j: now[j] for j in order} == planned  # sprio shows headway's SiteFactor
+    sprio_long = c._run(["sprio", "-l", "-j", order[0]]).stdout
+    assert str(planned[order[0]]) in sprio_long
+
+    why = headway(c, "slurm", "why", order[0], "--json", "--db", history["db"])
+    assert why.returncode == 0, why.stderr
+    w = json.loads(why.stdout)
+    assert w["headway"]["rank"] == 1 and w["slurm"]["factors"]["site"] == planned[order[0]]
+
+    done = wait_for(
+        "the queued jobs to run",
+        lambda: (s := sacct_states(c, order)) and all(v == "COMPLETED" for v in s.values()) and len(s) == 4,
+        90,
+        every=1.0,
+    )
+    assert done
+    starts = sacct_starts(c, order)
+    assert sorted(order, key=lambda j: starts[j]) == order, f"start times {starts} vs headway order {order}"
+    assert len(set(starts.values())) == 4  # one after another, not ties
+
+
+def _json_stream(text: str) -> list[dict[str, Any]]:
+    dec, i, out = json.JSONDecoder(), 0, []
+    while True:
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i >= len(text):
+            return out
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return out  # a pass still being written
+        out.append(obj)
+
+
+def test_sync_loop_survives_slurmctld_restart_and_writes_nothing_while_down(
+    cluster: TestCluster, history: dict[str, Any], tmp_path: Path
+) -> None:
+    c = cluster
+    blocker = c.sbatch("root", "-J", "blocker", "-w", "n3", "--gres=gpu:4", script="sleep 60")
+    wait_for("blocker", lambda: c.squeue_states().get(blocker) == "RUNNING", 30)
+    queued = [
+        c.sbatch(u, "-J", "eval", "-w", "n3", "--gres=gpu:4", script="sleep 1") for u in ("bob", "alice")
+    ]
+    log = tmp_path / "loop.jsonl"
+    with open(log, "w") as fh:
+        loop = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "headway.cli",
+                "slurm",
+                "sync",
+                "--interval",
+                "1s",
+                "--apply",
+                "--json",
+                "--db",
+                history["db"],
+            ],
+            env=c.env,
+            stdout=fh,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    try:
+        passes = lambda: _json_stream(log.read_text())  # noqa: E731
+        wait_for("a first applied pass", lambda: any(p["ok"] and p["pending"] for p in passes()), 60)
+        c.stop_ctld()
+        down_from = len(passes())
+        wait_for("failed passes while slurmctld is down", lambda: sum(not p["ok"] for p in passes()) >= 2, 30)
+        assert loop.poll() is None, "the loop died while slurmctld was down"
+        down = passes()[down_from:]
+        c.start_ctld()
+        newcomer = c.sbatch("carol", "-J", "eval", "-w", "n3", "--gres=gpu:4", script="sleep 1")
+        wait_for(
+            "the loop to write the newcomer's SiteFactor after the restart",
+            lambda: any(any(a["job_id"] == newcomer for a in p["applied"]) for p in passes()),
+            60,
+        )
+        assert loop.poll() is None
+    finally:
+        loop.terminate()
+        loop.wait(timeout=20)
+    failed = [p for p in down if not p["ok"]]
+    assert failed and all(p["applied"] == [] and p["scontrol_calls"] == 0 for p in failed)
+    assert all("not answering" in p["error"] for p in failed)
+    after = site_factors(c)
+    assert after.get(newcomer, 0) != 0 or any(after.get(q, 0) != 0 for q in queued)
+    c._run(["scancel", blocker, *queued, newcomer])
+
+
+def test_ingest_and_audit_report_the_clusters_real_outcomes(
+    cluster: TestCluster, history: dict[str, Any]
+) -> None:
+    c = cluster
+    wait_for(
+        "the --time=1 job to time out",
+        lambda: sacct_states(c, [history["timeout"]]).get(history["timeout"]) == "TIMEOUT",
+        150,
+        every=2.0,
+    )
+    db = str(c.dir / "audit.duckdb")
+    ing = headway(c, "ingest", "--from-slurm", "--since", "1d", "--db", db, "--json")
+    assert ing.returncode == 0, ing.stderr
+    assert json.loads(ing.stdout)["files"][0]["bad_rows"] == 0
+    aud = headway(c, "audit", "--db", db, "--json")
+    assert aud.returncode == 0, aud.stderr
+    report = json.loads(aud.stdout)
+
+    def find(obj: Any, key: str) -> Any:
+        if isinstance(obj, dict):
+            if key in obj:
+                return obj[key]
+            for v in obj.values():
+                hit = find(v, key)
+                if hit is not None:
+                    return hit
+        return None
+
+    by_state = find(report, "by_state")
+    assert by_state is not None, "audit JSON has no by_state"
+    counts = {s: v["jobs"] if isinstance(v, dict) else v for s, v in by_state.items()}
+    assert counts.get("FAILED", 0) >= len(history["failed"])  # bob's three exit-3 jobs
+    assert counts.get("COMPLETED", 0) >= len(history["completed"])
+    assert counts.get("TIMEOUT", 0) == 1 and counts.get("CANCELLED", 0) >= 1

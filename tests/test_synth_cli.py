@@ -1,0 +1,52 @@
+"""`headway synth`: writes a trace the rest of headway reads, and fails cleanly on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from typer.testing import CliRunner
+
+from headway.cli import app
+from headway.schema import JOB_SCHEMA
+
+runner = CliRunner()
+
+
+def test_synth_writes_parquet_in_the_job_schema(tmp_path: Path) -> None:
+    out = tmp_path / "s.parquet"
+    res = runner.invoke(app, ["synth", "--jobs", "500", "--out", str(out), "--seed", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["jobs"] == 500
+    assert sum(doc["states"].values()) == 500
+    t = pq.read_table(out)
+    assert t.schema.equals(JOB_SCHEMA)
+    assert t.num_rows == 500
+
+
+def test_synth_sacct_output_ingests_into_the_store(tmp_path: Path) -> None:
+    out = tmp_path / "s.txt"
+    db = tmp_path / "jobs.duckdb"
+    res = runner.invoke(app, ["synth", "-n", "300", "-o", str(out), "--format", "sacct"])
+    assert res.exit_code == 0, res.output
+    assert "headway ingest --format sacct --tz UTC" in res.stdout
+    res = runner.invoke(
+        app, ["ingest", "--format", "sacct", "--tz", "UTC", "--db", str(db), "--json", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["jobs_in_store"] == 300
+
+
+def test_synth_rejects_unknown_format_in_one_line(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["synth", "-n", "10", "-o", str(tmp_path / "x"), "--format", "xlsx"])
+    assert res.exit_code == 1
+    assert "--format" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_synth_rejects_a_missing_directory(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["synth", "-n", "10", "-o", str(tmp_path / "nope" / "x.parquet")])
+    assert res.exit_code == 1
+    assert "no such directory" in " ".join(res.output.split())
