@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +31,16 @@ HEADER = (
     "AllocTRES|NNodes|NodeList|Priority|QOS|ReqTRES"
 )
 STATES = np.array(
-    ["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED by 1001", "OUT_OF_MEMORY", "NODE_FAIL", "RUNNING", "PENDING"]
+    [
+        "COMPLETED",
+        "FAILED",
+        "TIMEOUT",
+        "CANCELLED by 1001",
+        "OUT_OF_MEMORY",
+        "NODE_FAIL",
+        "RUNNING",
+        "PENDING",
+    ]
 )
 STATE_P = np.array([0.55, 0.18, 0.06, 0.1, 0.03, 0.01, 0.04, 0.03])
 GPU_TYPES = np.array(["a100", "v100", "h100"])
@@ -61,23 +73,40 @@ def generate(path: Path, n: int, seed: int = 7) -> None:
             el = 0 if pending[i] else int(run[i])
             g = int(gpus[i])
             gres = f",gres/gpu:{gtype[i]}={g},gres/gpu={g}" if g else ""
-            alloc = "" if pending[i] else f"billing={g or 1},cpu={4 * max(g, 1)}{gres},mem={16 * max(g, 1)}G,node={nodes[i]}"
+            alloc = (
+                ""
+                if pending[i]
+                else f"billing={g or 1},cpu={4 * max(g, 1)}{gres},mem={16 * max(g, 1)}G,node={nodes[i]}"
+            )
             req = f"billing={g or 1},cpu={4 * max(g, 1)},gres/gpu={g},mem={16 * max(g, 1)}G,node={nodes[i]}"
             lim = "UNLIMITED" if i % 97 == 0 else str(limit_min[i])
             code = "1:0" if st == "FAILED" else ("0:9" if st == "OUT_OF_MEMORY" else "0:0")
             fh.write(
-                f"{1000 + i}|{names[i]}|{users[i]}|acct{i % 13}|gpu|{st}|{code}|{submit[i]}|{s}|{e}|{el}|{lim}|"
-                f"{alloc}|{nodes[i]}|n[1-{nodes[i]}]|10000|normal|{req}\n"
+                f"{1000 + i}|{names[i]}|{users[i]}|acct{i % 13}|gpu|{st}|{code}|{submit[i]}|{s}|{e}|"
+                f"{el}|{lim}|{alloc}|{nodes[i]}|n[1-{nodes[i]}]|10000|normal|{req}\n"
             )
 
 
-def median_rate(fn: object, n: int, runs: int = 3) -> tuple[float, list[float]]:
+def median_rate(fn: Callable[[], None], n: int, runs: int = 3) -> tuple[float, list[float], float]:
+    """Median rows/s over `runs` wall-clock timings, and rows per CPU-second (this process and its
+    children), which stays meaningful on a busy machine where wall time is shared with others."""
     times = []
+    cpu = []
     for _ in range(runs):
+        r0, c0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
-        fn()  # type: ignore[operator]
+        fn()
         times.append(time.perf_counter() - t)
-    return n / statistics.median(times), times
+        r1, c1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(
+            (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+            + (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
+        )
+    return n / statistics.median(times), times, n / statistics.median(cpu)
+
+
+def _runs(times: list[float]) -> str:
+    return ", ".join(f"{x:.2f}" for x in times)
 
 
 def main() -> None:
@@ -92,13 +121,14 @@ def main() -> None:
         gen_s = time.perf_counter() - t
         size_mb = path.stat().st_size / 1e6
         print(f"generated {n:,} sacct rows ({size_mb:.0f} MB) in {gen_s:.1f} s")
+        print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
 
         def reader_only() -> None:
             res = READER.read(path, ReadOptions(tz="UTC"))
             assert res.table.num_rows == n, (res.table.num_rows, res.bad_row_count)
 
-        reader_rate, reader_times = median_rate(reader_only, n)
-        print(f"reader alone:      {reader_rate:>12,.0f} rows/s  (runs: {', '.join(f'{x:.2f}' for x in reader_times)} s)")
+        reader_rate, reader_times, reader_cpu_rate = median_rate(reader_only, n)
+        print(f"reader alone:   {reader_rate:>12,.0f} rows/s  (runs: {_runs(reader_times)} s)")
 
         headway = str(Path(sys.executable).with_name("headway"))
 
@@ -111,8 +141,8 @@ def main() -> None:
                 stdout=subprocess.DEVNULL,
             )
 
-        e2e_rate, e2e_times = median_rate(end_to_end, n)
-        print(f"headway ingest:    {e2e_rate:>12,.0f} rows/s  (runs: {', '.join(f'{x:.2f}' for x in e2e_times)} s)")
+        e2e_rate, e2e_times, e2e_cpu_rate = median_rate(end_to_end, n)
+        print(f"headway ingest: {e2e_rate:>12,.0f} rows/s  (runs: {_runs(e2e_times)} s)")
         target = 200_000
         print(f"target >= {target:,} rows/s end to end: {'met' if e2e_rate >= target else 'NOT met'}")
         print(
@@ -123,6 +153,10 @@ def main() -> None:
                     "file_mb": round(size_mb, 1),
                     "reader_rows_per_s": round(reader_rate),
                     "ingest_rows_per_s": round(e2e_rate),
+                    "reader_rows_per_cpu_s": round(reader_cpu_rate),
+                    "ingest_rows_per_cpu_s": round(e2e_cpu_rate),
+                    "load_avg_1m": round(os.getloadavg()[0], 2),
+                    "cpus": os.cpu_count(),
                     "reader_runs_s": [round(x, 3) for x in reader_times],
                     "ingest_runs_s": [round(x, 3) for x in e2e_times],
                     "target_rows_per_s": target,

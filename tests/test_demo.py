@@ -98,3 +98,15 @@ def test_demo_audit_totals_match_an_independent_count_of_the_raw_file(
     for status, state in (("Pass", "COMPLETED"), ("Failed", "FAILED")):
         assert audit["by_state"][state]["jobs"] == raw[status][0]
         assert audit["by_state"][state]["gpu_hours"] == pytest.approx(raw[status][1])
+
+
+def test_every_bundled_sample_exists_and_is_attributed() -> None:
+    from headway.data import SAMPLES
+
+    attribution = (sample_path("philly_jobs.json.gz").parent / "ATTRIBUTION.md").read_text()
+    for name in SAMPLES:
+        assert sample_path(name).stat().st_size > 0
+        assert f"`{name}`" in attribution
+    assert "CC BY 4.0" in attribution and "Jeon" in attribution
+    with pytest.raises(FileNotFoundError, match=r"samples: philly_jobs\.json\.gz"):
+        sample_path("nope.csv")

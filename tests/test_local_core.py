@@ -26,7 +26,9 @@ from headway.local.ordering import LocalPlanner
 
 
 def _job(i: int, gpus: int = 1, t: float = 0.0, **kw: object) -> LocalJob:
-    return LocalJob(id=i, user=str(kw.pop("user", "ann")), uid=1000, name=f"j{i}", gpus=gpus, submit_time=t, **kw)  # type: ignore[arg-type]
+    return LocalJob(
+        id=i, user=str(kw.pop("user", "ann")), uid=1000, name=f"j{i}", gpus=gpus, submit_time=t, **kw
+    )  # type: ignore[arg-type]
 
 
 def _core(n_gpus: int = 2, policy: str = "fifo") -> QueueCore:
@@ -121,7 +123,9 @@ def test_after_waits_for_success_and_cancels_when_the_dependency_fails() -> None
 
 def test_gang_jobs_get_all_their_gpus_at_once() -> None:
     core = _core(4)
-    core.handle(Submitted(_job(1, gpus=3)), Submitted(_job(2, gpus=2, t=1.0)), Submitted(_job(3, gpus=1, t=2.0)))
+    core.handle(
+        Submitted(_job(1, gpus=3)), Submitted(_job(2, gpus=2, t=1.0)), Submitted(_job(3, gpus=1, t=2.0))
+    )
     launches = _launches(core.handle(Tick(5.0)).instructions)
     got = {x.job_id: x.gpu_ids for x in launches}
     assert len(got[1]) == 3 and 2 not in got  # job 2 cannot fit on the one GPU left
@@ -141,7 +145,9 @@ def test_random_event_streams_never_give_a_gpu_to_two_jobs_or_end_a_job_twice(po
         r = rng.random()
         step = None
         if r < 0.25:
-            core.handle(Submitted(_job(next_id, gpus=rng.choice([0, 1, 1, 2, 4]), t=now, user=rng.choice("ab"))))
+            core.handle(
+                Submitted(_job(next_id, gpus=rng.choice([0, 1, 1, 2, 4]), t=now, user=rng.choice("ab")))
+            )
             next_id += 1
         elif r < 0.45:
             step = core.handle(Tick(now))
@@ -186,3 +192,16 @@ def test_time_limits_parse_the_way_slurm_users_write_them() -> None:
     assert format_elapsed(65) == "1:05"
     assert format_elapsed(3725) == "1:02:05"
     assert format_elapsed(90061) == "1-01:01:01"
+
+
+def test_gpu_specs_give_logical_listed_or_detected_gpus() -> None:
+    from headway.local.gpus import GpuSpecError, resolve_gpus
+
+    assert resolve_gpus("4").ids == (0, 1, 2, 3)
+    assert resolve_gpus("3,0,1").ids == (0, 1, 3)
+    assert resolve_gpus("0").ids == ()
+    for bad in ("two", "1,1", "-1,2", ""):
+        with pytest.raises(GpuSpecError):
+            resolve_gpus(bad)
+    auto = resolve_gpus("auto")  # NVML where present; on a machine without a driver, none and a note why
+    assert auto.source == "nvml" and (auto.ids or auto.note)

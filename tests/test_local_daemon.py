@@ -11,11 +11,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
+
 from test_local_support import DaemonProc, cli, start_daemon, wait_until
 
 __all__ = ["start_daemon"]
 
-JOB_FIELDS = {"id", "name", "user", "state", "exit_code", "gpus", "gpu_ids", "submit_time", "start_time", "end_time"}
+JOB_FIELDS = {
+    "id",
+    "name",
+    "user",
+    "state",
+    "exit_code",
+    "gpus",
+    "gpu_ids",
+    "submit_time",
+    "start_time",
+    "end_time",
+}
 
 
 def _history(d: DaemonProc) -> dict[int, dict[str, object]]:
@@ -45,10 +57,11 @@ def test_jobs_end_completed_failed_or_timeout_with_their_gpus_cwd_and_env(
     assert h[slow]["state"] == "TIMEOUT"
     assert h[cpu]["state"] == "COMPLETED" and h[cpu]["gpu_ids"] == []
     assert sorted(h[ok]["gpu_ids"]) == [0, 1]  # type: ignore[call-overload]
-    assert JOB_FIELDS <= set(h[ok])
+    assert set(h[ok]) >= JOB_FIELDS
     out = cli("logs", str(ok), state_dir=d.state_dir)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"0,1|from-submitter|{work}"
+
     # Every ended job reaches the DuckDB job store (source 'local'), which the daemon does not keep locked.
     def stored() -> int:
         try:
@@ -68,7 +81,9 @@ def test_cli_json_lists_pending_and_running_then_history_lists_ended(
     start_daemon: Callable[..., DaemonProc],
 ) -> None:
     d = start_daemon(gpus="1")
-    sub = cli("submit", "--json", "--name", "long", "--time", "10m", "--", "sleep", "30", state_dir=d.state_dir)
+    sub = cli(
+        "submit", "--json", "--name", "long", "--time", "10m", "--", "sleep", "30", state_dir=d.state_dir
+    )
     assert sub.returncode == 0, sub.stderr
     long_id = json.loads(sub.stdout)["id"]
     waiting = d.submit(["true"], name="waiting")
@@ -77,7 +92,7 @@ def test_cli_json_lists_pending_and_running_then_history_lists_ended(
     assert q.returncode == 0, q.stderr
     rows = json.loads(q.stdout)
     assert [(r["id"], r["state"]) for r in rows] == [(long_id, "RUNNING"), (waiting, "PENDING")]
-    assert all(JOB_FIELDS <= set(r) for r in rows)
+    assert all(set(r) >= JOB_FIELDS for r in rows)
     assert rows[0]["time_limit"] == 600 and rows[1]["rank"] == 1
     table = cli("queue", state_dir=d.state_dir)
     assert "JOBID" in table.stdout and "long" in table.stdout and "PD" in table.stdout
@@ -122,7 +137,7 @@ def test_a_restarted_daemon_adopts_the_job_that_kept_running(
 ) -> None:
     d = start_daemon(gpus="1")
     marker = tmp_path / "runs.txt"
-    jid = d.submit(["sh", "-c", f'echo run >> {marker}; sleep 2; echo done >> {marker}'])
+    jid = d.submit(["sh", "-c", f"echo run >> {marker}; sleep 2; echo done >> {marker}"])
     wait_until(lambda: marker.exists(), 20, "the job to start")
     d.kill(signal.SIGKILL)
     time.sleep(0.3)
@@ -136,7 +151,9 @@ def test_a_restarted_daemon_adopts_the_job_that_kept_running(
 
 def test_client_errors_are_one_clear_line(start_daemon: Callable[..., DaemonProc], tmp_path: Path) -> None:
     nobody = cli("queue", state_dir=tmp_path / "nowhere")
-    assert nobody.returncode == 1 and "no headway daemon" in nobody.stderr and "Traceback" not in nobody.stderr
+    assert (
+        nobody.returncode == 1 and "no headway daemon" in nobody.stderr and "Traceback" not in nobody.stderr
+    )
     d = start_daemon(gpus="2")
     big = cli("submit", "--gpus", "3", "--", "true", state_dir=d.state_dir)
     assert big.returncode == 1 and "this server has 2" in big.stderr
@@ -162,3 +179,34 @@ def test_a_command_that_does_not_exist_fails_with_exit_127(start_daemon: Callabl
     assert (h["state"], h["exit_code"]) == ("FAILED", 127)
     err = cli("logs", str(jid), "--stderr", state_dir=d.state_dir)
     assert "cannot start" in err.stdout
+
+
+def test_a_supervisor_never_runs_an_attempt_the_daemon_already_gave_up(tmp_path: Path) -> None:
+    import subprocess
+
+    from headway.local import runs
+
+    rdir = tmp_path / "runs" / "1.0"
+    rdir.mkdir(parents=True)
+    marker = tmp_path / "ran"
+    spec = {
+        "argv": ["touch", str(marker)],
+        "cwd": str(tmp_path),
+        "env": {"PATH": "/usr/bin:/bin"},
+        "uid": os.getuid(),
+        "gid": os.getgid(),
+        "stdout": str(tmp_path / "out"),
+        "stderr": str(tmp_path / "err"),
+    }
+    runs.write_atomic(rdir / runs.SPEC, spec)
+    assert runs.try_claim(rdir, {"by": "daemon"})  # a restarted daemon abandons the launch first
+    subprocess.run([sys.executable, "-m", "headway.local.supervisor", str(rdir)], check=True, timeout=30)
+    assert not marker.exists() and runs.inspect(rdir).kind == "abandoned"
+    # A fresh attempt is claimed by its supervisor, runs once, and records its end.
+    rdir2 = tmp_path / "runs" / "1.1"
+    rdir2.mkdir()
+    runs.write_atomic(rdir2 / runs.SPEC, spec)
+    subprocess.run([sys.executable, "-m", "headway.local.supervisor", str(rdir2)], check=True, timeout=30)
+    view = runs.inspect(rdir2)
+    assert marker.exists() and view.kind == "ended" and view.status is not None
+    assert view.status["state"] == "COMPLETED" and not runs.try_claim(rdir2, {"by": "daemon"})

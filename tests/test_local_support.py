@@ -30,7 +30,9 @@ class DaemonProc:
 
     def start(self, timeout: float = 30.0) -> None:
         cmd = [sys.executable, "-m", "headway.cli", "daemon", "--state-dir", str(self.state_dir), *self.args]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -51,7 +53,12 @@ class DaemonProc:
         return request(self.state_dir, msg)
 
     def submit(self, argv: list[str], **kw: Any) -> int:
-        msg = {"op": "submit", "argv": argv, "cwd": kw.pop("cwd", os.getcwd()), "env": kw.pop("env", dict(os.environ))}
+        msg = {
+            "op": "submit",
+            "argv": argv,
+            "cwd": kw.pop("cwd", os.getcwd()),
+            "env": kw.pop("env", dict(os.environ)),
+        }
         msg.update(kw)
         return int(self.ask(msg)["id"])
 
@@ -87,17 +94,23 @@ def wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def cli(*args: str, state_dir: Path, user: str | None = None, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, state_dir: Path, user: str | None = None, cwd: str | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run `headway ARGS` as a separate process (optionally as another Unix user via runuser)."""
-    cmd = [sys.executable, "-m", "headway.cli", *args, "--state-dir", str(state_dir)] if args[0] != "submit" else [
-        sys.executable,
-        "-m",
-        "headway.cli",
-        "submit",
-        "--state-dir",
-        str(state_dir),
-        *args[1:],
-    ]
+    cmd = (
+        [sys.executable, "-m", "headway.cli", *args, "--state-dir", str(state_dir)]
+        if args[0] != "submit"
+        else [
+            sys.executable,
+            "-m",
+            "headway.cli",
+            "submit",
+            "--state-dir",
+            str(state_dir),
+            *args[1:],
+        ]
+    )
     if user is not None:
         cmd = ["runuser", "-u", user, "--", *cmd]
     env = {k: v for k, v in os.environ.items() if k != "HEADWAY_STATE_DIR"}
@@ -119,7 +132,9 @@ def start_daemon(tmp_path: Path) -> Iterator[Callable[..., DaemonProc]]:
         d.cleanup()
 
 
-def test_the_daemon_helper_starts_a_daemon_that_answers_with_its_gpus(start_daemon: Callable[..., DaemonProc]) -> None:
+def test_the_daemon_helper_starts_a_daemon_that_answers_with_its_gpus(
+    start_daemon: Callable[..., DaemonProc],
+) -> None:
     d = start_daemon(gpus="0,1,3")
     reply = d.ask({"op": "ping"})
     assert reply["gpu_ids"] == [0, 1, 3]

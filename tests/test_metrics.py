@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +21,7 @@ from headway.sim.metrics import (
 from headway.sim.result import JOB_COLUMNS, TIMELINE_COLUMNS, SimResult
 
 
-def make_jobs(rows: list[dict[str, object]]) -> pa.Table:
+def make_jobs(rows: Sequence[Mapping[str, object]]) -> pa.Table:
     defaults: dict[str, object] = {
         "group": None,
         "name": None,
@@ -58,18 +59,18 @@ def make_jobs(rows: list[dict[str, object]]) -> pa.Table:
     return pa.Table.from_pylist(full, schema=schema)
 
 
-def make_timeline(rows: list[tuple[float, ...]]) -> pa.Table:
-    cols = list(zip(*rows, strict=True)) if rows else [[] for _ in TIMELINE_COLUMNS]
+def make_timeline(rows: Sequence[Sequence[float]]) -> pa.Table:
+    cols: list[Sequence[float]] = list(zip(*rows, strict=True)) if rows else [[] for _ in TIMELINE_COLUMNS]
     return pa.table({name: pa.array(c, pa.float64()) for name, c in zip(TIMELINE_COLUMNS, cols, strict=True)})
 
 
 # Two 4-GPU jobs on an 8-GPU cluster: a succeeds (0..100), b waits 50 s and fails (50..150).
-JOBS = [
+JOBS: list[dict[str, object]] = [
     dict(job_id="a", user="u1", gpus=4.0, submit=0.0, start=0.0, end=100.0, runtime=100.0, state="COMPLETED"),
     dict(job_id="b", user="u2", gpus=4.0, submit=0.0, start=50.0, end=150.0, runtime=100.0, state="FAILED"),
 ]
 #           t, busy, free, pending, running, frag_free, completed_total, goodput_total
-TIMELINE = [
+TIMELINE: list[tuple[float, ...]] = [
     (0.0, 4.0, 4.0, 1, 1, 4.0, 0, 0.0),
     (50.0, 8.0, 0.0, 0, 2, 0.0, 0, 0.0),
     (100.0, 4.0, 4.0, 0, 1, 0.0, 1, 4 * 100 / 3600),
@@ -77,7 +78,9 @@ TIMELINE = [
 ]
 
 
-def result(jobs: list[dict[str, object]] = JOBS, timeline: list[tuple[float, ...]] = TIMELINE) -> SimResult:
+def result(
+    jobs: Sequence[Mapping[str, object]] = JOBS, timeline: Sequence[Sequence[float]] = TIMELINE
+) -> SimResult:
     return SimResult(
         policy="fifo",
         placement="first-fit",
@@ -158,7 +161,7 @@ def test_fairness_is_over_users_mean_slowdown() -> None:
 
 
 def test_unfinished_jobs_are_counted_not_timed() -> None:
-    jobs = [
+    jobs: list[dict[str, object]] = [
         *JOBS,
         dict(
             job_id="n", user="u3", gpus=1.0, submit=10.0, start=None, end=None, runtime=5.0, state="COMPLETED"

@@ -21,6 +21,7 @@ from headway.traces.alibaba import (
     read_alibaba_nodes,
 )
 from headway.traces.base import BadInputError, ReadOptions
+from headway.traces.registry import sniff
 
 HEADER = ",".join(POD_COLUMNS)
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
@@ -228,3 +229,23 @@ def test_damaged_real_file_never_raises_anything_but_a_clear_error(
     else:
         assert res.table.schema == JOB_SCHEMA
         assert res.rows_read == res.table.num_rows + res.bad_row_count
+
+
+def test_ingest_auto_detects_alibaba_and_explains_a_node_list(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from headway.cli import app
+
+    pods = _pods(tmp_path, "p,1000,100,1,500,,LS,Succeeded,0,10,5")
+    nodes = tmp_path / "openb_node_list_gpu_node.csv"
+    nodes.write_text(f"{NODE_HEADER}\nn0,64000,262144,2,P100\n")
+    assert sniff(pods) == "alibaba" and sniff(nodes) == "alibaba"
+    db = str(tmp_path / "j.duckdb")
+    ok = CliRunner().invoke(app, ["ingest", "--db", db, "--json", str(pods)])
+    assert ok.exit_code == 0, ok.output
+    assert '"format": "alibaba"' in ok.stdout
+    refused = CliRunner().invoke(app, ["ingest", "--db", db, str(nodes)])
+    assert refused.exit_code == 1
+    assert "this is a node list, not jobs; pass it to simulate --nodes-file" in " ".join(
+        refused.output.split()
+    )

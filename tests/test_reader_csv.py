@@ -60,7 +60,9 @@ def test_other_state_catches_unmapped_values(tmp_path: Path) -> None:
         (('state = "Status"', ""), "fields.state"),
     ],
 )
-def test_mapping_errors_name_the_mapping_file_and_key(tmp_path: Path, edit: tuple[str, str], key: str) -> None:
+def test_mapping_errors_name_the_mapping_file_and_key(
+    tmp_path: Path, edit: tuple[str, str], key: str
+) -> None:
     m = tmp_path / "bad.toml"
     text = MAPPING.read_text()
     assert edit[0] in text

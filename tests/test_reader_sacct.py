@@ -163,7 +163,9 @@ def test_since_accepts_spans_and_dates() -> None:
     assert argv[:4] == ["sacct", "-a", "-X", "-P"] and argv[-4:] == ["-S", "2026-01-01T08:30:00", "-E", "now"]
 
 
-def test_from_slurm_without_sacct_on_path_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_from_slurm_without_sacct_on_path_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(BadInputError, match="sacct not found"):
         fetch_from_slurm("30d")
@@ -182,7 +184,9 @@ def test_from_slurm_reports_a_refused_sacct(monkeypatch: pytest.MonkeyPatch, tmp
         fetch_from_slurm("1d")
 
 
-def test_ingest_from_slurm_runs_sacct_and_stores_its_jobs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_ingest_from_slurm_runs_sacct_and_stores_its_jobs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     _fake_sacct(tmp_path, f"cat '{EDGE}'\n")
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     db = tmp_path / "jobs.duckdb"
@@ -201,3 +205,26 @@ def test_ingest_cli_auto_detects_sacct_and_stores_23_jobs(shared_traces: Path, t
     again = CliRunner().invoke(app, args)
     summary = json.loads(again.stdout)
     assert summary["jobs_in_store"] == 23 and summary["files"][0]["format"] == "sacct"
+
+
+def test_fast_and_general_splitting_paths_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    from headway.traces import tabular
+
+    fast = READER.read(EDGE, ReadOptions(tz="UTC"))
+    monkeypatch.setattr(tabular, "_read_unquoted_fast", lambda *a, **k: None)
+    general = READER.read(EDGE, ReadOptions(tz="UTC"))
+    assert fast.table.equals(general.table)
+    assert [str(b) for b in fast.bad_rows] == [str(b) for b in general.bad_rows]
+
+
+def test_progress_is_reported_in_bytes(tmp_path: Path) -> None:
+    seen: list[int] = []
+    READER.read(EDGE, ReadOptions(tz="UTC", progress=seen.append))
+    assert seen and seen[-1] == EDGE.stat().st_size and seen == sorted(seen)
+
+
+def test_without_tz_naive_times_are_local_time_of_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    local = _by_id(EDGE)
+    utc = _by_id(EDGE, tz="UTC")
+    assert utc["900"].submit_time - local["900"].submit_time == dt.timedelta(hours=9)

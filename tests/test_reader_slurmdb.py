@@ -38,15 +38,22 @@ def test_export_of_the_real_jobs_reads_all_23_with_states_exit_codes_and_gpus() 
 
 @pytest.mark.shared
 def test_export_agrees_with_sacct_on_the_same_jobs(shared_traces: Path) -> None:
-    sacct = {r.job_id: r for r in table_to_records(
-        SACCT.read(shared_traces / "slurm-22.05" / "sacct_allocations.txt", ReadOptions(tz="UTC")).table
-    )}
+    sacct = {
+        r.job_id: r
+        for r in table_to_records(
+            SACCT.read(shared_traces / "slurm-22.05" / "sacct_allocations.txt", ReadOptions(tz="UTC")).table
+        )
+    }
     db = _by_id(TABLE)
     assert set(db) == set(sacct)
     for jid, s in sacct.items():
         d = db[jid]
         assert (d.state, d.gpus, d.nodes, d.exit_code, d.time_limit) == (
-            s.state, s.gpus, s.nodes, s.exit_code, s.time_limit
+            s.state,
+            s.gpus,
+            s.nodes,
+            s.exit_code,
+            s.time_limit,
         ), jid
         assert (d.submit_time, d.start_time, d.end_time) == (s.submit_time, s.start_time, s.end_time), jid
 

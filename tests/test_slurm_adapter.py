@@ -24,7 +24,7 @@ from headway.slurm.queue import (
 )
 from headway.slurm.runner import Runner, SlurmDenied, SlurmDown, SlurmMissing, classify
 from headway.slurm.sitefactor import Change, FactorRange, apply_changes, map_ranks, plan_changes
-from headway.slurm.sync import SlurmSync, SyncOptions, run_loop
+from headway.slurm.sync import PassReport, SlurmSync, SyncOptions, run_loop
 
 SLURM = "slurm-22.05"
 
@@ -140,23 +140,25 @@ def fake_slurm(tmp_path: Path, shared_traces: Path) -> Path:
     d = tmp_path / "bin"
     d.mkdir()
     src = shared_traces / SLURM
-    down = f'if [ -e "{d}/down" ]; then echo "slurm_load_jobs error: Unable to contact slurm controller (connect failure)" >&2; exit 1; fi\n'
-    _script(d / "squeue", down + f'cat "{src / "squeue_pending.json"}"\n')
-    _script(
-        d / "sinfo",
-        down
-        + "printf 'n1|gpu:a100:8|gpu:a100:8(IDX:0-7)|allocated|\\nn2|gpu:a100:8|gpu:a100:8(IDX:0-7)|allocated|\\nn3|gpu:v100:4|gpu:v100:4(IDX:0-3)|allocated|\\nn4|gpu:v100:4|gpu:v100:4(IDX:0-3)|allocated|\\n'\n",
+    down_msg = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+    down = f'if [ -e "{d}/down" ]; then echo "{down_msg}" >&2; exit 1; fi\n'
+    sinfo = "".join(
+        f"{n}|gpu:{t}:{g}|gpu:{t}:{g}(IDX:0-{g - 1})|allocated|\\n"
+        for n, t, g in (("n1", "a100", 8), ("n2", "a100", 8), ("n3", "v100", 4), ("n4", "v100", 4))
     )
+    sprio_all = f'awk \'NR>1 {{print $1 "|0"}}\' "{src / "sprio_long.txt"}"'
+    garbage = f'if [ -e "{d}/garbage" ]; then echo "{{\\"jobs\\": [1,"; exit 0; fi\n'
+    _script(d / "squeue", down + garbage + f'cat "{src / "squeue_pending.json"}"\n')
+    _script(d / "sinfo", down + f"printf '{sinfo}'\n")
     _script(d / "sacct", f'cat "{src / "sacct_allocations.txt"}" | head -n 11\n')
-    _script(
-        d / "sprio",
-        down
-        + f'[ -e "{d}/sites" ] && cat "{d}/sites" || awk \'NR>1 {{print $1 "|0"}}\' "{src / "sprio_long.txt"}"\n',
-    )
+    _script(d / "sprio", down + f'[ -e "{d}/sites" ] && cat "{d}/sites" || {sprio_all}\n')
+    # Like scontrol reading commands from stdin: one line each, the failing job named on stderr.
     _script(
         d / "scontrol",
-        down + f'echo "$@" >> "{d}/scontrol.log"\n'
-        'case "$2" in *JobId=13*) echo "Job has already finished for job 13" >&2; exit 1;; esac\n',
+        down + f'echo "run" >> "{d}/scontrol.runs"\nrc=0\n'
+        f'while read -r line; do echo "$line" >> "{d}/scontrol.log"\n'
+        '  case "$line" in *JobId=13\\ *) echo "Job has already finished for job 13" >&2; rc=1;; esac\n'
+        "done\nexit $rc\n",
     )
     return d
 
@@ -188,8 +190,12 @@ def test_apply_writes_changed_values_in_batches_and_reports_failures_per_job(
     report = sync.run_pass()
     calls = (fake_slurm / "scontrol.log").read_text().splitlines()
     assert report.plan is not None and len(report.plan.changes) == 18  # the one mapped to 0 is unchanged
-    assert len(calls) == report.commands == 18
+    assert len(calls) == 18 and report.commands == 1  # one scontrol process for the whole batch
     assert all(c.startswith("update JobId=") and "SiteFactor=" in c for c in calls)
+    written = {
+        c.split()[1].removeprefix("JobId="): int(c.split()[2].removeprefix("SiteFactor=")) for c in calls
+    }
+    assert written == {c.job_id: c.new for c in report.plan.changes}
     assert list(report.failed) == ["13"] and "already finished" in report.failed["13"]
     assert len(report.applied) == 17 and report.ok
     assert db.exists()  # new history stored with --apply
@@ -211,9 +217,9 @@ def test_loop_survives_a_down_controller_and_writes_nothing_meanwhile(
         predictor_factory=RatePredictor,
     )
     (fake_slurm / "down").touch()
-    reports = []
+    reports: list[PassReport] = []
 
-    def on_report(r: object) -> None:
+    def on_report(r: PassReport) -> None:
         reports.append(r)
         if len(reports) == 3:
             (fake_slurm / "down").unlink()
@@ -221,8 +227,9 @@ def test_loop_survives_a_down_controller_and_writes_nothing_meanwhile(
     run_loop(sync, 0.01, on_report, max_passes=4)
     assert [r.ok for r in reports] == [False, False, False, True]
     assert all("not answering" in (r.error or "") for r in reports[:3])
-    log = (fake_slurm / "scontrol.log").read_text().splitlines()
-    assert len(log) == reports[3].commands  # every write came from the pass after the controller returned
+    runs = (fake_slurm / "scontrol.runs").read_text().splitlines()
+    assert len(runs) == reports[3].commands == 1  # the only write came from the pass after it returned
+    assert reports[3].applied and all(r.commands == 0 and not r.applied for r in reports[:3])
 
 
 def test_a_write_that_finds_the_controller_gone_stops_the_pass(fake_slurm: Path) -> None:
@@ -247,3 +254,19 @@ def test_sync_cli_dry_run_json_is_clean(
     assert doc["dry_run"] is True and doc["pending"] == 19 and doc["applied"] == []
     bad = CliRunner().invoke(app, ["slurm", "sync", "--once", "--range", "9:1"])
     assert bad.exit_code == 1 and "LO must be below HI" in bad.output and "Traceback" not in bad.output
+
+
+def test_garbage_from_squeue_fails_the_pass_with_a_reason_and_the_loop_goes_on(
+    fake_slurm: Path, tmp_path: Path
+) -> None:
+    sync = SlurmSync(
+        _runner(fake_slurm),
+        SyncOptions(apply=True, db=tmp_path / "j.duckdb"),
+        predictor_factory=RatePredictor,
+    )
+    (fake_slurm / "garbage").touch()
+    first = sync.run_pass()
+    assert not first.ok and "squeue --json: not JSON" in (first.error or "") and first.commands == 0
+    (fake_slurm / "garbage").unlink()
+    second = sync.run_pass()
+    assert second.ok and second.seq == 2 and second.applied

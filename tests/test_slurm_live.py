@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from headway.slurm.runner import SlurmDenied, classify
+
 sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
 from cluster import TestCluster, ensure_users, missing_reason
 
@@ -31,6 +33,12 @@ REQUIRE = os.environ.get("HEADWAY_REQUIRE_SERVICES") == "1"
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[TestCluster]:
     reason = missing_reason()
+    if reason and "not installed" in reason and os.geteuid() == 0:
+        # `make test` installs the packages through tests/setup/services.sh; a bare pytest run does it here.
+        subprocess.run(
+            ["bash", str(Path(__file__).resolve().parent / "slurm" / "setup.sh")], check=False, timeout=900
+        )
+        reason = missing_reason()
     if reason:
         if REQUIRE:
             pytest.fail(f"HEADWAY_REQUIRE_SERVICES=1 but {reason}")
@@ -154,6 +162,18 @@ def test_slurm_starts_pending_jobs_in_headways_order(cluster: TestCluster, histo
     sprio_long = c._run(["sprio", "-l", "-j", order[0]]).stdout
     assert str(planned[order[0]]) in sprio_long
 
+    # Not root and not SlurmUser: Slurm refuses, and headway says so in one clear line.
+    refused = subprocess.run(
+        ["runuser", "-u", "alice", "--", "scontrol", "update", f"JobId={order[-1]}", "SiteFactor=1"],
+        env=c.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert refused.returncode != 0
+    assert isinstance(classify("scontrol", refused.returncode, refused.stderr), SlurmDenied), refused.stderr
+    assert site_factors(c)[order[-1]] == planned[order[-1]]
+
     why = headway(c, "slurm", "why", order[0], "--json", "--db", history["db"])
     assert why.returncode == 0, why.stderr
     w = json.loads(why.stdout)
@@ -167,12 +187,19 @@ def test_slurm_starts_pending_jobs_in_headways_order(cluster: TestCluster, histo
     )
     assert done
     starts = sacct_starts(c, order)
+    print("headway order", order, "submitted", submit_order, "starts", starts)
+    print(
+        "\n".join(
+            f"{j['job_id']} {j['user']} rank {j['rank']} {j['tier']} {j['factors']}" for j in report["jobs"]
+        )
+    )
     assert sorted(order, key=lambda j: starts[j]) == order, f"start times {starts} vs headway order {order}"
     assert len(set(starts.values())) == 4  # one after another, not ties
 
 
 def _json_stream(text: str) -> list[dict[str, Any]]:
-    dec, i, out = json.JSONDecoder(), 0, []
+    dec, i = json.JSONDecoder(), 0
+    out: list[dict[str, Any]] = []
     while True:
         while i < len(text) and text[i].isspace():
             i += 1

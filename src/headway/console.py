@@ -16,7 +16,7 @@ err = Console(stderr=True, highlight=False)
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print one line (no traceback) to stderr and exit."""
-    err.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    err.print(f"[bold red]error:[/] {message}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

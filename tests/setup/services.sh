@@ -7,6 +7,7 @@
 set -euo pipefail
 
 require="${HEADWAY_REQUIRE_SERVICES:-0}"
+bash "$(dirname "$0")/users.sh"  # test users of the local queue (before the early exits below)
 
 have_chromium() {
     command -v chromium >/dev/null 2>&1 && chromium --version >/dev/null 2>&1
@@ -45,3 +46,4 @@ if ! have_chromium; then
     give_up "chromium was installed but does not run"
 fi
 echo "services: $(chromium --version 2>/dev/null | head -n 1) installed"
+bash "$(dirname "$0")/../slurm/setup.sh"  # Slurm test cluster packages (tests/slurm/setup.sh)

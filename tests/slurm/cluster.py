@@ -250,13 +250,19 @@ class TestCluster:
         """Stop everything this cluster started: Slurm through `scontrol shutdown`, then the rest by PID."""
         grace = 0.0
         if self.pids.get("slurmctld") and _alive(self.pids["slurmctld"]):
+            jobs = list(self.squeue_states())
+            if jobs:
+                self._run(["scancel", *jobs], timeout=15)
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline and self.squeue_states():
+                    time.sleep(0.2)
             self._run(["scontrol", "shutdown"], timeout=15)
             grace = 8.0
         slurm = [k for k in self.pids if k.startswith("slurmd-") or k == "slurmctld"]
         _terminate([self.pids[k] for k in slurm], grace=grace)
         _terminate([self.pids[k] for k in ("slurmdbd", "mariadbd", "munged") if k in self.pids], grace=0)
         # Job scripts run in their own sessions under slurmstepd; nothing of ours may outlive the test.
-        for stepd in _children_named("slurmstepd", self.dir):
+        for stepd in _processes_of(self.conf):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(stepd, signal.SIGKILL)
 
@@ -344,18 +350,18 @@ def _terminate(pids: list[int], grace: float) -> None:
             time.sleep(0.1)
 
 
-def _children_named(name: str, cluster_dir: Path) -> list[int]:
+def _processes_of(conf: Path) -> list[int]:
+    """Processes (job scripts, slurmstepd) whose environment names this cluster's SLURM_CONF."""
+    marker = f"SLURM_CONF={conf}".encode()
     found = []
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            if (proc / "comm").read_text().strip() != name:
-                continue
             environ = (proc / "environ").read_bytes()
         except OSError:
             continue
-        if str(cluster_dir).encode() in environ:
+        if marker in environ.split(b"\0"):
             found.append(int(proc.name))
     return found
 

@@ -8,13 +8,14 @@ and metrics are those of DESIGN.md ("Metrics"); the SQL CASE is generated from `
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import duckdb
 
 from headway.audit.periods import Window
-from headway.schema import OUTCOME_OF, Outcome, State
+from headway.schema import OUTCOME_OF, WASTE_STATES, Outcome, State
 
 BY_CHOICES: tuple[str, ...] = ("user", "group", "name", "partition", "gpus")
 DEFAULT_PRICE = 2.0  # USD per GPU-hour: a rough cloud price; --gpu-hour-price sets a site's own
@@ -44,7 +45,6 @@ def configure(
     con: duckdb.DuckDBPyConnection, *, memory_limit: str = "2GB", threads: int | None = None
 ) -> None:
     """Bound DuckDB's memory and threads so an audit of a big store keeps a predictable footprint."""
-    import os
     import tempfile
 
     con.execute(f"SET memory_limit = '{memory_limit}'")
@@ -90,6 +90,8 @@ def _opt(x: Any) -> float | None:
 class _Q:
     """Runs section queries over one window: `w` = jobs submitted in it, `a` = the audited scope of `w`."""
 
+    serial = 0
+
     def __init__(self, con: duckdb.DuckDBPyConnection, window: Window, include_cpu: bool) -> None:
         self.con = con
         conds = []
@@ -101,11 +103,28 @@ class _Q:
             conds.append("submit_time < $until")
             self.params["until"] = window.until
         where = " WHERE " + " AND ".join(conds) if conds else ""
-        scope = "" if include_cpu else " WHERE gpus > 0"
-        self.prefix = (
-            f"WITH w AS (SELECT * REPLACE (coalesce(gpus, 0) AS gpus), {_OUTCOME_SQL} AS outcome "
-            f"FROM jobs_v{where}), a AS (SELECT * FROM w{scope}) "
+        scope = "" if include_cpu else " AND gpus > 0"
+        self.params = params = dict(self.params)
+        # The audited jobs, read from the store once into a compact temp table every section then scans:
+        # cheaper than decoding the store's strings and recomputing derived fields in each query.
+        _Q.serial += 1
+        self.table = f"_headway_audit_{os.getpid()}_{_Q.serial}"
+        con.execute(
+            f'CREATE TEMP TABLE {self.table} AS SELECT * FROM (SELECT "user", "group", name, partition, '
+            f"coalesce(gpus, 0) AS gpus, state, {_OUTCOME_SQL} AS outcome, submit_time, "
+            "coalesce(end_time, start_time, submit_time) AS t, runtime, wait, gpu_hours, time_limit, "
+            f"hash(job_id) AS tie FROM jobs_v{where}) WHERE true{scope}",
+            params,
         )
+        self.qf = "quantile_cont"  # exact; DuckDB's t-digest (approx_quantile) measured no faster here
+        self.prefix = (
+            'WITH w AS (SELECT coalesce(gpus, 0) AS gpus, gpu_hours, submit_time, "user" '
+            f"FROM jobs_v{where}), "
+            f"a AS (SELECT * FROM {self.table}) "
+        )
+
+    def close(self) -> None:
+        self.con.execute(f"DROP TABLE IF EXISTS {self.table}")
 
     def rows(self, sql: str) -> list[tuple[Any, ...]]:
         return self.con.execute(self.prefix + sql, self.params).fetchall()
@@ -173,83 +192,100 @@ def _totals(q: _Q, price: float) -> dict[str, Any]:
     }
 
 
-def _group_rows(q: _Q, key_sql: str, top: int) -> list[dict[str, Any]]:
+_GPUS_KEY = (
+    "CASE WHEN gpus = floor(gpus) THEN CAST(CAST(gpus AS BIGINT) AS VARCHAR) "
+    "ELSE CAST(round(gpus, 3) AS VARCHAR) END"
+)
+_DIM_SQL: dict[str, str] = {
+    "user": '"user"',
+    "group": '"group"',
+    "name": "name",
+    "partition": "partition",
+    "gpus": "gpus_key",
+}
+
+
+def _top(q: _Q, by: str, top: int) -> dict[str, Any]:
+    """Every dimension in one scan (GROUPING SETS), each cut to its `top` biggest wasters."""
+    sets = ", ".join(f"({c})" for c in _DIM_SQL.values())
+    dims = ", ".join(f"{c} AS d{i}" for i, c in enumerate(_DIM_SQL.values()))
+    gid = ", ".join(_DIM_SQL.values())
     rows = q.rows(
-        f"SELECT coalesce(CAST({key_sql} AS VARCHAR), '(none)') AS k, count(*), sum(gpu_hours), "
+        f"SELECT grouping({gid}) AS gid, {dims}, count(*) AS n, sum(gpu_hours), "
         "coalesce(sum(gpu_hours) FILTER (outcome = 'waste'), 0) AS wasted, "
         "count(*) FILTER (outcome = 'success'), count(*) FILTER (outcome <> 'unfinished'), "
         "coalesce(sum(gpu_hours) FILTER (outcome = 'success'), 0), "
         "coalesce(sum(gpu_hours) FILTER (outcome <> 'unfinished'), 0), count(*) FILTER (outcome = 'waste') "
-        f"FROM a GROUP BY k ORDER BY wasted DESC, count(*) DESC, k LIMIT {int(top)}"
+        f"FROM (SELECT *, {_GPUS_KEY} AS gpus_key FROM a) GROUP BY GROUPING SETS ({sets}) "
+        f"QUALIFY row_number() OVER (PARTITION BY grouping({gid}) ORDER BY wasted DESC, n DESC, "
+        f"coalesce({', '.join(f'{c}' for c in _DIM_SQL.values())})) <= {int(top)}"
     )
-    return [
-        {
-            "key": k,
-            "jobs": int(n),
-            "gpu_hours": _f(gh),
-            "wasted_gpu_hours": _f(wasted),
-            "failed_jobs": int(nw),
-            "completion_rate": {"by_count": _ratio(ns, ne), "by_gpu_hours": _ratio(_f(gs), _f(ge))},
-        }
-        for k, n, gh, wasted, ns, ne, gs, ge, nw in rows
-    ]
-
-
-def _top(q: _Q, by: str, top: int) -> dict[str, Any]:
-    keys = {
-        "user": '"user"',
-        "group": '"group"',
-        "name": "name",
-        "partition": "partition",
-        "gpus": "CASE WHEN gpus = floor(gpus) THEN CAST(CAST(gpus AS BIGINT) AS VARCHAR) "
-        "ELSE CAST(round(gpus, 3) AS VARCHAR) END",
-    }
+    ndim = len(_DIM_SQL)
     out: dict[str, Any] = {"by": by, "n": top}
     for dim in BY_CHOICES:
-        out[dim] = _group_rows(q, keys[dim], top)
+        out[dim] = []
+    for row in rows:
+        gid_v = int(row[0])
+        # grouping() sets a bit for every column NOT grouped; the one clear bit is this row's dimension
+        i = next(j for j in range(ndim) if not gid_v & (1 << (ndim - 1 - j)))
+        key = row[1 + i]
+        n, gh, wasted, ns, ne, gs, ge, nw = row[1 + ndim :]
+        out[BY_CHOICES[i]].append(
+            {
+                "key": "(none)" if key is None else str(key),
+                "jobs": int(n),
+                "gpu_hours": _f(gh),
+                "wasted_gpu_hours": _f(wasted),
+                "failed_jobs": int(nw),
+                "completion_rate": {"by_count": _ratio(ns, ne), "by_gpu_hours": _ratio(_f(gs), _f(ge))},
+            }
+        )
+    for dim in BY_CHOICES:
+        out[dim].sort(key=lambda r: (-r["wasted_gpu_hours"], -r["jobs"], r["key"]))
     return out
 
 
-def _repeat_failures(q: _Q, top: int, min_run: int) -> dict[str, Any]:
+def _repeat_failures(q: _Q, top: int, min_run: int, wasted: float) -> dict[str, Any]:
     """Gaps and islands: runs of >= min_run consecutive waste-class jobs of one user+name (or user+group).
 
     Only successes and waste-class jobs form the sequence (a cancelled job neither extends nor breaks a
-    streak); jobs are ordered by end time (else start, else submit).
+    streak); jobs are ordered by end time (else start, else submit), ties by job id. One window pass: the
+    number of successes so far names the island, so failures between the same two successes share it, and a
+    success followed the island when the key has more successes than that.
     """
-    streak_cte = (
-        ', seq AS (SELECT "user" AS u, coalesce(name, "group") AS k, name IS NULL AS by_group, outcome, '
-        "state, gpu_hours, coalesce(end_time, start_time, submit_time) AS t, job_id FROM a "
-        "WHERE outcome IN ('success', 'waste') AND \"user\" IS NOT NULL "
-        'AND coalesce(name, "group") IS NOT NULL), '
-        "num AS (SELECT *, row_number() OVER (PARTITION BY u, by_group, k ORDER BY t, job_id) AS rn "
-        "FROM seq), "
-        "isl AS (SELECT *, rn - row_number() OVER (PARTITION BY u, by_group, k, outcome ORDER BY t, job_id) "
-        "AS grp FROM num), "
-        "last_ok AS (SELECT u, by_group, k, max(rn) AS ok_rn FROM num WHERE outcome = 'success' "
-        "GROUP BY ALL), "
-        "streaks AS (SELECT isl.u, isl.by_group, isl.k, grp, count(*) AS n, sum(gpu_hours) AS gh, "
-        "min(t) AS first_t, max(t) AS last_t, max(rn) AS last_rn, string_agg(DISTINCT state, ',' "
-        "ORDER BY state) AS states FROM isl WHERE outcome = 'waste' GROUP BY ALL "
-        f"HAVING count(*) >= {int(min_run)}), "
-        "s AS (SELECT streaks.*, coalesce(last_ok.ok_rn > last_rn, false) AS success_followed FROM streaks "
-        "LEFT JOIN last_ok USING (u, by_group, k)) "
-    )
-    summary = q.one(
-        streak_cte + "SELECT count(*), coalesce(sum(n), 0), coalesce(sum(gh), 0), "
-        "count(*) FILTER (NOT success_followed), coalesce(sum(gh) FILTER (NOT success_followed), 0) FROM s"
-    )
+    waste_states = [st.value for st in WASTE_STATES]
+    code = "CASE state " + " ".join(f"WHEN '{st}' THEN {i}" for i, st in enumerate(waste_states)) + " END"
+    flags = ", ".join(f"bool_or(sc = {i}) AS has_{i}" for i in range(len(waste_states)))
+    key = 'hash("user", coalesce(name, "group"), name IS NULL)'
+    # The sort carries only numbers (key hash, time, tie hash); names are looked up for the top rows alone.
     rows = q.rows(
-        streak_cte + "SELECT u, k, by_group, n, gh, first_t, last_t, success_followed, states FROM s "
-        f"ORDER BY gh DESC, n DESC, u, k LIMIT {int(top)}"
+        f", seq AS (SELECT {key} AS key, outcome = 'waste' AS bad, CAST({code} AS UTINYINT) AS sc, "
+        "gpu_hours, t, tie FROM a WHERE outcome IN ('success', 'waste') AND \"user\" IS NOT NULL "
+        'AND coalesce(name, "group") IS NOT NULL), '
+        "num AS (SELECT *, count(*) FILTER (NOT bad) OVER (PARTITION BY key ORDER BY t, tie "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS oks, "
+        "count(*) FILTER (NOT bad) OVER (PARTITION BY key) AS all_oks FROM seq), "
+        f"s AS (SELECT key, oks, count(*) AS n, sum(gpu_hours) AS gh, min(t) AS first_t, max(t) AS last_t, "
+        f"{flags}, any_value(all_oks) > oks AS success_followed FROM num WHERE bad GROUP BY key, oks "
+        f"HAVING count(*) >= {int(min_run)}), "
+        "best AS (SELECT *, count(*) OVER () AS c_all, sum(n) OVER () AS n_all, sum(gh) OVER () AS gh_all, "
+        "count(*) FILTER (NOT success_followed) OVER () AS c_open, "
+        "coalesce(sum(gh) FILTER (NOT success_followed) OVER (), 0) AS gh_open FROM s "
+        f"ORDER BY gh DESC, n DESC, key LIMIT {int(top)}), "
+        f'names AS (SELECT {key} AS key, any_value("user") AS u, any_value(coalesce(name, "group")) AS k, '
+        f"any_value(name IS NULL) AS by_group FROM a WHERE {key} IN (SELECT key FROM best) GROUP BY 1) "
+        "SELECT u, k, by_group, n, gh, first_t, last_t, success_followed, c_all, n_all, gh_all, c_open, "
+        "gh_open, "
+        f"{', '.join(f'has_{i}' for i in range(len(waste_states)))} FROM best JOIN names USING (key) "
+        "ORDER BY gh DESC, n DESC, u, k"
     )
-    wasted = q.one("SELECT coalesce(sum(gpu_hours), 0) FROM a WHERE outcome = 'waste'")[0]
-    n, jobs, gh, unresolved, unresolved_gh = summary
+    n, jobs, gh, unresolved, unresolved_gh = rows[0][8:13] if rows else (0, 0, 0.0, 0, 0.0)
     return {
         "min_run": min_run,
         "streaks": int(n),
         "jobs": int(jobs),
         "gpu_hours": _f(gh),
-        "share_of_wasted_gpu_hours": _ratio(_f(gh), _f(wasted)),
+        "share_of_wasted_gpu_hours": _ratio(_f(gh), wasted),
         "unresolved_streaks": int(unresolved),
         "unresolved_gpu_hours": _f(unresolved_gh),
         "rows": [
@@ -263,57 +299,67 @@ def _repeat_failures(q: _Q, top: int, min_run: int) -> dict[str, Any]:
                 "first": _iso(first),
                 "last": _iso(last),
                 "success_followed": bool(ok),
-                "states": str(states).split(","),
+                "states": [st for st, has in zip(waste_states, r[5:], strict=True) if has],
             }
-            for u, k, by_group, nn, g, first, last, ok, states in rows
+            for u, k, by_group, nn, g, first, last, ok, *r in rows
         ],
     }
 
 
 def _early_failures(q: _Q) -> dict[str, Any]:
-    within = ", ".join(
-        f"count(*) FILTER (runtime <= {m * 60}), coalesce(sum(gpu_hours) FILTER (runtime <= {m * 60}), 0)"
-        for m in EARLY_MINUTES
+    """Failures by how soon they ended, and the runtime CDF of failed against successful jobs.
+
+    One small histogram query (runtime bucket x outcome); the cumulative shares are summed up here.
+    """
+    bucket = (
+        "CASE "
+        + " ".join(f"WHEN runtime <= {m * 60} THEN {i + 1}" for i, m in enumerate(CDF_MINUTES))
+        + " ELSE NULL END"
     )
-    r = q.one(
-        f"SELECT count(*), coalesce(sum(gpu_hours), 0), {within} FROM a "
-        "WHERE outcome = 'waste' AND runtime IS NOT NULL"
+    rows = q.rows(
+        f"SELECT outcome = 'waste' AS w, {bucket} AS b, count(*), sum(gpu_hours) FROM a "
+        "WHERE outcome IN ('waste', 'success') AND runtime IS NOT NULL GROUP BY w, b"
     )
-    n, gh = int(r[0]), _f(r[1])
+    k = len(CDF_MINUTES)
+    hist = {True: [0] * (k + 1), False: [0] * (k + 1)}  # bucket i (1-based) = runtime <= CDF_MINUTES[i-1]
+    hist_gh = [0.0] * (k + 1)
+    for w, b, n, gh in rows:
+        idx = int(b) - 1 if b is not None else k  # beyond the last edge
+        hist[bool(w)][idx] += int(n)
+        if w:
+            hist_gh[idx] += _f(gh)
+    n_w, n_ok, gh_w = sum(hist[True]), sum(hist[False]), sum(hist_gh)
+
+    def cum(xs: Sequence[float], upto: int) -> float:
+        return float(sum(xs[: upto + 1]))
+
     early = []
-    for i, m in enumerate(EARLY_MINUTES):
-        nj, g = int(r[2 + 2 * i]), _f(r[3 + 2 * i])
+    for m in EARLY_MINUTES:
+        i = CDF_MINUTES.index(m)
+        nj, g = int(cum(hist[True], i)), cum(hist_gh, i)
         early.append(
             {
                 "minutes": m,
                 "jobs": nj,
                 "gpu_hours": g,
-                "share_jobs": _ratio(nj, n),
-                "share_gpu_hours": _ratio(g, gh),
+                "share_jobs": _ratio(nj, n_w),
+                "share_gpu_hours": _ratio(g, gh_w),
             }
         )
-    cdf_cols = ", ".join(f"count(*) FILTER (runtime <= {m * 60})" for m in CDF_MINUTES)
-    per = q.rows(
-        f"SELECT outcome, count(*), quantile_cont(runtime, 0.5), {cdf_cols} FROM a "
-        "WHERE outcome IN ('waste', 'success') AND runtime IS NOT NULL GROUP BY outcome"
+    med = q.one(
+        f"SELECT {q.qf}(runtime, 0.5) FILTER (outcome = 'waste'), {q.qf}(runtime, 0.5) FILTER "
+        "(outcome = 'success') FROM a WHERE outcome IN ('waste', 'success') AND runtime IS NOT NULL"
     )
-    by = {str(row[0]): row for row in per}
-
-    def cdf(outcome: str) -> list[float | None]:
-        row = by.get(outcome)
-        if row is None:
-            return [None for _ in CDF_MINUTES]
-        return [_ratio(int(c), int(row[1])) for c in row[3:]]
-
     return {
-        "failed_jobs": n,
-        "failed_gpu_hours": gh,
+        "failed_jobs": n_w,
+        "failed_gpu_hours": gh_w,
         "within": early,
-        "median_runtime_s": {
-            "waste": _opt(by["waste"][2]) if "waste" in by else None,
-            "success": _opt(by["success"][2]) if "success" in by else None,
+        "median_runtime_s": {"waste": _opt(med[0]), "success": _opt(med[1])},
+        "cdf": {
+            "minutes": list(CDF_MINUTES),
+            "waste": [_ratio(cum(hist[True], i), n_w) for i in range(k)],
+            "success": [_ratio(cum(hist[False], i), n_ok) for i in range(k)],
         },
-        "cdf": {"minutes": list(CDF_MINUTES), "waste": cdf("waste"), "success": cdf("success")},
     }
 
 
@@ -324,20 +370,30 @@ def _fmt_hours(seconds: float) -> str:
     return f"{h:.1f} h" if h < 10 else f"{h:.0f} h"
 
 
-def _timeouts(q: _Q, top: int) -> dict[str, Any]:
-    n, gh, with_limit = q.one(
+def _timeouts(q: _Q, top: int, wasted: float) -> dict[str, Any]:
+    used = "greatest(runtime, 0) / time_limit"
+    done = "outcome = 'success' AND time_limit > 0 AND runtime IS NOT NULL"
+    over = f"{done} AND {used} < {OVER_ASK_SHARE}"
+    n, gh, with_limit, jobs, n_over, med, unused = q.one(
         "SELECT count(*) FILTER (state = 'TIMEOUT'), coalesce(sum(gpu_hours) FILTER (state = 'TIMEOUT'), 0), "
-        "count(*) FILTER (time_limit > 0) FROM a"
+        f"count(*) FILTER (time_limit > 0), count(*) FILTER ({done}), count(*) FILTER ({over}), "
+        f"{q.qf}({used}, 0.5) FILTER ({done}), "
+        f"coalesce(sum(gpus * greatest(time_limit - greatest(runtime, 0), 0) / 3600.0) FILTER ({done}), 0) "
+        "FROM a"
     )
-    wasted = q.one("SELECT coalesce(sum(gpu_hours), 0) FROM a WHERE outcome = 'waste'")[0]
-    by_user = q.rows(
-        "SELECT coalesce(\"user\", '(none)') AS u, count(*), sum(gpu_hours) FROM a WHERE state = 'TIMEOUT' "
-        f"GROUP BY u ORDER BY sum(gpu_hours) DESC, count(*) DESC, u LIMIT {int(top)}"
+    by_user = (
+        q.rows(
+            "SELECT coalesce(\"user\", '(none)') AS u, count(*), sum(gpu_hours) FROM a "
+            "WHERE state = 'TIMEOUT' "
+            f"GROUP BY u ORDER BY sum(gpu_hours) DESC, count(*) DESC, u LIMIT {int(top)}"
+        )
+        if n
+        else []
     )
     out: dict[str, Any] = {
         "jobs": int(n),
         "gpu_hours": _f(gh),
-        "share_of_wasted_gpu_hours": _ratio(_f(gh), _f(wasted)),
+        "share_of_wasted_gpu_hours": _ratio(_f(gh), wasted),
         "by_user": [{"user": u, "jobs": int(c), "gpu_hours": _f(g)} for u, c, g in by_user],
         "time_limits_known": int(with_limit) > 0,
         "jobs_with_time_limit": int(with_limit),
@@ -345,17 +401,15 @@ def _timeouts(q: _Q, top: int) -> dict[str, Any]:
     }
     if not with_limit:
         return out
-    done = "FROM a WHERE outcome = 'success' AND time_limit > 0 AND runtime IS NOT NULL"
-    used = "greatest(runtime, 0) / time_limit"
-    jobs, over, med, unused = q.one(
-        f"SELECT count(*), count(*) FILTER ({used} < {OVER_ASK_SHARE}), quantile_cont({used}, 0.5), "
-        f"coalesce(sum(gpus * greatest(time_limit - greatest(runtime, 0), 0) / 3600.0), 0) {done}"
-    )
-    users = q.rows(
-        f"SELECT coalesce(\"user\", '(none)') AS u, count(*), "
-        f"count(*) FILTER ({used} < {OVER_ASK_SHARE}) AS o, quantile_cont({used}, 0.5), "
-        "quantile_cont(time_limit, 0.5), quantile_cont(greatest(runtime, 0), 0.95) "
-        f"{done} GROUP BY u HAVING o > 0 ORDER BY o DESC, u LIMIT {int(top)}"
+    users = (
+        q.rows(
+            f"SELECT coalesce(\"user\", '(none)') AS u, count(*), "
+            f"count(*) FILTER ({used} < {OVER_ASK_SHARE}) AS o, {q.qf}({used}, 0.5), "
+            f"{q.qf}(time_limit, 0.5), {q.qf}(greatest(runtime, 0), 0.95) "
+            f"FROM a WHERE {done} GROUP BY u HAVING o > 0 ORDER BY o DESC, u LIMIT {int(top)}"
+        )
+        if n_over
+        else []
     )
     advice = []
     for u, c, o, m, lim, p95 in users:
@@ -379,8 +433,8 @@ def _timeouts(q: _Q, top: int) -> dict[str, Any]:
     out["over_asking"] = {
         "threshold_share": OVER_ASK_SHARE,
         "completed_jobs_with_limit": int(jobs),
-        "jobs": int(over),
-        "share_jobs": _ratio(int(over), int(jobs)),
+        "jobs": int(n_over),
+        "share_jobs": _ratio(int(n_over), int(jobs)),
         "median_used_share": _opt(med),
         "unused_reserved_gpu_hours": _f(unused),
         "by_user": advice,
@@ -399,66 +453,79 @@ def _wait_stats(row: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-_WAIT_AGG = (
-    "count(*), quantile_cont(greatest(wait, 0), 0.5), quantile_cont(greatest(wait, 0), 0.9), "
-    "max(greatest(wait, 0)), avg(greatest(wait, 0))"
-)
-
-
 def _waiting(q: _Q, top: int) -> dict[str, Any]:
-    started = "FROM a WHERE wait IS NOT NULL"
-    short = f"{started} AND runtime < {SHORT_JOB_S}"
-    order = {b: i for i, b in enumerate(SIZE_BUCKETS)}
-
-    def by_size(src: str) -> list[dict[str, Any]]:
-        rows = q.rows(f"SELECT {_SIZE_SQL} AS b, {_WAIT_AGG} {src} GROUP BY b")
-        rows.sort(key=lambda r: order.get(str(r[0]), 99))
-        return [{"gpus": str(r[0]), **_wait_stats(r[1:])} for r in rows]
-
-    users = q.rows(
-        f"SELECT coalesce(\"user\", '(none)') AS u, {_WAIT_AGG} {started} GROUP BY u "
-        f"ORDER BY count(*) DESC, u LIMIT {int(top)}"
+    """Queueing delay overall, by user, by size, and for short jobs: one scan with GROUPING SETS."""
+    rows = q.rows(
+        f"SELECT grouping(u, b, short) AS gid, u, b, short, count(*), {q.qf}(wt, [0.5, 0.9]), max(wt), "
+        f"avg(wt) FROM (SELECT coalesce(\"user\", '(none)') AS u, {_SIZE_SQL} AS b, "
+        f"coalesce(runtime < {SHORT_JOB_S}, false) AS short, greatest(wait, 0) AS wt FROM a "
+        "WHERE wait IS NOT NULL) GROUP BY GROUPING SETS ((), (u), (b), (short), (short, b))"
     )
+    order = {b: i for i, b in enumerate(SIZE_BUCKETS)}
+    overall: dict[str, Any] = _wait_stats((0, None, None, None, None))
+    short_overall: dict[str, Any] = _wait_stats((0, None, None, None, None))
+    users, sizes, short_sizes = [], [], []
+    for gid, u, b, short, n, qs, mx, mean in rows:
+        med, p90 = qs if qs else (None, None)
+        stats = _wait_stats((n, med, p90, mx, mean))
+        gid = int(gid)  # bits (u, b, short): set = not grouped by it
+        if gid == 0b111:
+            overall = stats
+        elif gid == 0b011:
+            users.append({"user": u, **stats})
+        elif gid == 0b101:
+            sizes.append({"gpus": str(b), **stats})
+        elif gid == 0b110 and short:
+            short_overall = stats
+        elif gid == 0b100 and short:
+            short_sizes.append({"gpus": str(b), **stats})
+    users.sort(key=lambda x: (-x["jobs"], str(x["user"])))
+    sizes.sort(key=lambda x: order.get(x["gpus"], 99))
+    short_sizes.sort(key=lambda x: order.get(x["gpus"], 99))
     return {
-        "overall": _wait_stats(q.one(f"SELECT {_WAIT_AGG} {started}")),
-        "by_user": [{"user": r[0], **_wait_stats(r[1:])} for r in users],
-        "by_size": by_size(started),
-        "short_jobs": {
-            "max_runtime_s": SHORT_JOB_S,
-            "overall": _wait_stats(q.one(f"SELECT {_WAIT_AGG} {short}")),
-            "by_size": by_size(short),
-        },
+        "overall": overall,
+        "by_user": users[:top],
+        "by_size": sizes,
+        "short_jobs": {"max_runtime_s": SHORT_JOB_S, "overall": short_overall, "by_size": short_sizes},
     }
 
 
+_MONDAY_EPOCH = 4 * 86400  # 1970-01-05, the first Monday after the epoch: ISO weeks start on Mondays
+_WEEK_S = 7 * 86400
+
+
 def _weekly(q: _Q) -> list[dict[str, Any]]:
+    """Per ISO week of submission; the week is integer arithmetic on epoch seconds (cheap on 10M rows)."""
     rows = q.rows(
-        "SELECT date_trunc('week', timezone('UTC', submit_time)) AS wk, "
-        "strftime(timezone('UTC', submit_time), '%G-W%V') AS label, count(*), "
+        f"SELECT CAST(floor((epoch(submit_time) - {_MONDAY_EPOCH}) / {_WEEK_S}) AS BIGINT) AS wk, count(*), "
         f"count(*) FILTER ({_ENDED}), count(*) FILTER (outcome = 'success'), "
         "count(*) FILTER (outcome = 'waste'), coalesce(sum(gpu_hours), 0), "
         f"coalesce(sum(gpu_hours) FILTER ({_ENDED}), 0), "
         "coalesce(sum(gpu_hours) FILTER (outcome = 'success'), 0), "
         "coalesce(sum(gpu_hours) FILTER (outcome = 'waste'), 0), "
-        "quantile_cont(greatest(wait, 0), 0.5) "
-        "FROM a WHERE submit_time IS NOT NULL GROUP BY wk, label ORDER BY wk"
+        f"{q.qf}(greatest(wait, 0), 0.5) "
+        "FROM a WHERE submit_time IS NOT NULL GROUP BY wk ORDER BY wk"
     )
-    return [
-        {
-            "week": label,
-            "week_start": wk.date().isoformat(),
-            "jobs": int(n),
-            "ended_jobs": int(ne),
-            "successful_jobs": int(ns),
-            "failed_jobs": int(nw),
-            "gpu_hours": _f(gh),
-            "completion_rate": {"by_count": _ratio(ns, ne), "by_gpu_hours": _ratio(_f(gs), _f(ge))},
-            "goodput_gpu_hours": _f(gs),
-            "wasted_gpu_hours": _f(gw),
-            "median_wait_s": _opt(mw),
-        }
-        for wk, label, n, ne, ns, nw, gh, ge, gs, gw, mw in rows
-    ]
+    out = []
+    for wk, n, ne, ns, nw, gh, ge, gs, gw, mw in rows:
+        start = dt.date(1970, 1, 5) + dt.timedelta(days=7 * int(wk))
+        iso = start.isocalendar()
+        out.append(
+            {
+                "week": f"{iso.year}-W{iso.week:02d}",
+                "week_start": start.isoformat(),
+                "jobs": int(n),
+                "ended_jobs": int(ne),
+                "successful_jobs": int(ns),
+                "failed_jobs": int(nw),
+                "gpu_hours": _f(gh),
+                "completion_rate": {"by_count": _ratio(ns, ne), "by_gpu_hours": _ratio(_f(gs), _f(ge))},
+                "goodput_gpu_hours": _f(gs),
+                "wasted_gpu_hours": _f(gw),
+                "median_wait_s": _opt(mw),
+            }
+        )
+    return out
 
 
 # Headline figures compared by --period/--vs: (key, label, getter, kind) where kind says how to show it.
@@ -545,27 +612,31 @@ def audit_report(
     if by not in BY_CHOICES:
         raise ValueError(f"by must be one of {', '.join(BY_CHOICES)}")
     window = Window(since, until)
-    q = _Q(con, window, include_cpu)
     step = progress or (lambda _s: None)
-    step("totals")
-    report: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "window": window.to_json(),
-        "scope": "all_jobs" if include_cpu else "gpu_jobs",
-    }
-    report.update(_totals(q, gpu_hour_price))
-    step("top")
-    report["top"] = _top(q, by, top)
-    step("repeat failures")
-    report["repeat_failures"] = _repeat_failures(q, top, REPEAT_MIN)
-    step("early failures")
-    report["early_failures"] = _early_failures(q)
-    step("timeouts")
-    report["timeouts"] = _timeouts(q, top)
-    step("waiting")
-    report["waiting"] = _waiting(q, top)
-    step("weekly")
-    report["weekly"] = _weekly(q)
+    step("reading jobs")
+    q = _Q(con, window, include_cpu)
+    try:
+        step("totals")
+        report: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "window": window.to_json(),
+            "scope": "all_jobs" if include_cpu else "gpu_jobs",
+        }
+        report.update(_totals(q, gpu_hour_price))
+        step("top")
+        report["top"] = _top(q, by, top)
+        step("repeat failures")
+        report["repeat_failures"] = _repeat_failures(q, top, REPEAT_MIN, report["wasted_gpu_hours"])
+        step("early failures")
+        report["early_failures"] = _early_failures(q)
+        step("timeouts")
+        report["timeouts"] = _timeouts(q, top, report["wasted_gpu_hours"])
+        step("waiting")
+        report["waiting"] = _waiting(q, top)
+        step("weekly")
+        report["weekly"] = _weekly(q)
+    finally:
+        q.close()
     report["notes"] = _notes(report, include_cpu)
     report["comparison"] = None
     if vs is not None:

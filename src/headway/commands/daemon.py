@@ -90,7 +90,7 @@ def daemon(
     try:
         book = load_book(sd)
         planner = LocalPlanner(policy, book)
-        predictor = build_predictor(sd, cfg.store, list(history or []))
+        predictor = build_predictor(cfg.store, list(history or []))
         run_daemon(cfg, planner, predictor, log_to_stderr=not quiet)
     except DaemonError as e:
         fail(str(e))

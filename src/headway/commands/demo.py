@@ -47,7 +47,7 @@ def demo(
     except FileNotFoundError as e:
         fail(f"{e} (reinstall headway)")
     ingested = _ingest_sample(sample, db, quiet=as_json)
-    report = run_audit(db, html)
+    report = run_audit(db, html, quiet=as_json)
     if as_json:
         print_json({"sample": SAMPLE, "db": str(db), "html": str(html), "ingest": ingested, "audit": report})
         return
@@ -100,7 +100,7 @@ def _ingest_sample(sample: Path, db: Path, *, quiet: bool) -> dict[str, Any]:
     }
 
 
-def run_audit(db: Path, html: Path) -> dict[str, Any]:
+def run_audit(db: Path, html: Path, *, quiet: bool = True) -> dict[str, Any]:
     """The one place demo meets the audit: compute the report from the store and write its HTML file."""
     from headway.audit.compute import audit_report, configure
     from headway.audit.html import write_html
@@ -109,7 +109,11 @@ def run_audit(db: Path, html: Path) -> dict[str, Any]:
     try:
         with JobStore(db, read_only=True) as store:
             configure(store.con)
-            report = audit_report(store.con)
+            if quiet:
+                report = audit_report(store.con)
+            else:
+                with err.status("auditing") as status:
+                    report = audit_report(store.con, progress=lambda step: status.update(f"auditing: {step}"))
     except StoreError as e:
         fail(str(e))
     report["db"] = str(db)

@@ -1,15 +1,367 @@
-"""`headway predict ...` (being built)."""
+"""`headway predict train | evaluate | show`: completion probability and runtime from the job store."""
 
 from __future__ import annotations
 
+import math
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
 import typer
+from rich.table import Table
 
-from headway.console import fail
+from headway.console import err, fail, out, print_json
 
-app = typer.Typer(help="Predict completion probability and runtime for jobs.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from headway.predict.features import FeatureFrame
+
+app = typer.Typer(
+    help="Predict, at submit time, whether jobs will complete and how long they will run. "
+    "Features only use jobs that ended before a job was submitted.",
+    no_args_is_help=True,
+)
+
+DEFAULT_MODEL = "headway-model.json"
+DbOpt = Annotated[
+    Path | None,
+    typer.Option("--db", help="DuckDB job store (default ./headway.duckdb, or $HEADWAY_DB).", show_default=False),
+]
+SourceOpt = Annotated[
+    str | None,
+    typer.Option(help="Only jobs of this source (as stored by `headway ingest --source`).", show_default=False),
+]
+CpuOpt = Annotated[
+    bool, typer.Option("--include-cpu", help="Also use CPU-only jobs (ignored by default).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON only (no table, no progress).")]
+ModelOpt = Annotated[Path, typer.Option("--model", help="Model file written by `headway predict train`.")]
+
+
+@contextmanager
+def _step(desc: str, quiet: bool) -> Iterator[None]:
+    """A spinner on stderr while one long step runs (silent under --json)."""
+    if quiet:
+        yield
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True
+    ) as progress:
+        progress.add_task(desc, total=None)
+        yield
+
+
+def _load(db: Path | None, source: str | None, include_cpu: bool, quiet: bool) -> FeatureFrame:
+    from headway.predict.features import build_features
+    from headway.store import JobStore, StoreError
+
+    try:
+        with _step("reading jobs", quiet), JobStore(db, read_only=True) as store:
+            table = store.table("source = ?", [source]) if source else store.table()
+    except StoreError as e:
+        fail(str(e))
+    if table.num_rows == 0:
+        fail(f"no jobs{f' of source {source!r}' if source else ''} in the store; run `headway ingest` first")
+    with _step(f"computing causal features for {table.num_rows:,} jobs", quiet):
+        frame = build_features(table, include_cpu=include_cpu)
+    if len(frame) == 0:
+        fail("no GPU jobs with a submit time in the store (pass --include-cpu to use CPU-only jobs)")
+    return frame
 
 
 @app.command("train")
-def train() -> None:
-    """Not built yet."""
-    fail("not built yet")
+def train(
+    db: DbOpt = None,
+    out_path: Annotated[Path, typer.Option("--out", help="Where to write the model file.")] = Path(DEFAULT_MODEL),
+    source: SourceOpt = None,
+    include_cpu: CpuOpt = False,
+    calibration: Annotated[
+        str, typer.Option(help="auto, isotonic or platt (auto: isotonic from 5,000 calibration jobs).")
+    ] = "auto",
+    as_json: JsonOpt = False,
+) -> None:
+    """Train on every ended job in the store and write one model file (JSON, LightGBM text models inside).
+
+    The latest 20% of jobs by submit time calibrate the completion probability.
+    """
+    from headway.predict.model import Predictor, TrainConfig
+
+    if calibration not in ("auto", "isotonic", "platt"):
+        fail(f"--calibration: expected auto, isotonic or platt, got {calibration!r}")
+    frame = _load(db, source, include_cpu, as_json)
+    n_ended = int(frame.ended.sum())
+    if n_ended < 50:
+        fail(f"only {n_ended} ended jobs in the store; need at least 50 to train")
+    t0 = time.perf_counter()
+    with _step(f"training on {n_ended:,} ended jobs", as_json):
+        model = Predictor.fit(frame, config=TrainConfig(calibration=calibration))
+    seconds = time.perf_counter() - t0
+    try:
+        model.save(out_path)
+    except OSError as e:
+        fail(f"{out_path}: cannot write the model file: {e.strerror}")
+    summary = {"model": str(out_path), "jobs": len(frame), "ended_jobs": n_ended, "seconds": seconds, **model.meta}
+    if as_json:
+        print_json(summary)
+        return
+    out.print(
+        f"trained on {n_ended:,} ended jobs in {seconds:.1f}s: models {', '.join(model.meta['models']) or 'none'}"
+        f", calibration {model.meta['calibration']}"
+    )
+    missing = {"p_success", "runtime_q50", "ttf_q50"} - set(model.meta["models"])
+    if missing:
+        out.print(f"too few examples for {', '.join(sorted(missing))}: those use running medians / rates")
+    out.print(f"wrote {out_path}")
+
+
+def _fmt(v: Any, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+@app.command("evaluate")
+def evaluate(
+    db: DbOpt = None,
+    test_fraction: Annotated[
+        float, typer.Option(help="Share of ended jobs, the latest by submit time, held out as the test set.")
+    ] = 0.3,
+    source: SourceOpt = None,
+    include_cpu: CpuOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Temporal split: train on the past, score the latest jobs, side by side with the simple baselines.
+
+    Baselines: the user's smoothed success rate, and the user's median runtime. Training uses only jobs
+    that ended before the first test job was submitted.
+    """
+    from headway.predict.evaluate import evaluate as run_eval
+
+    if not 0.0 < test_fraction < 1.0:
+        fail(f"--test-fraction must be between 0 and 1, got {test_fraction}")
+    frame = _load(db, source, include_cpu, as_json)
+    try:
+        with _step("training on the past and scoring the test jobs", as_json):
+            report = run_eval(frame, test_fraction)
+    except ValueError as e:
+        fail(str(e))
+    if as_json:
+        print_json(report)
+        return
+    sp = report["split"]
+    out.print(
+        f"test: {sp['test_jobs']:,} jobs submitted {sp['test_from'][:10]} .. {sp['test_to'][:10]} "
+        f"(success rate {sp['test_success_rate']:.1%}); trained on {sp['train_jobs']:,} jobs that ended before"
+    )
+    b = report["baseline"]
+    t = Table(title="completion: model vs baseline (smoothed per-user success rate)")
+    for col in ("metric", "model", "baseline", "better"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    for key, higher in (("auc", True), ("brier", False), ("log_loss", False), ("ece", False)):
+        mv, bv = report[key], b[key]
+        better = (mv > bv) if higher else (mv < bv)
+        t.add_row(key, _fmt(mv), _fmt(bv), "model" if better else "baseline")
+    out.print(t)
+    r = Table(title="reliability (10 bins)")
+    for col in ("bin", "jobs", "model predicted", "observed", "baseline jobs", "baseline predicted", "observed "):
+        r.add_column(col, justify="right")
+    for m_row, b_row in zip(report["reliability"], b["reliability"], strict=True):
+        r.add_row(
+            m_row["bin"], str(m_row["jobs"]), _fmt(m_row["predicted"], 2), _fmt(m_row["observed"], 2),
+            str(b_row["jobs"]), _fmt(b_row["predicted"], 2), _fmt(b_row["observed"], 2),
+        )
+    out.print(r)
+    rt = Table(title="runtime if it completes / time to failure (model vs user's median)")
+    for col in ("metric", "runtime model", "runtime baseline", "ttf model", "ttf baseline"):
+        rt.add_column(col, justify="left" if col == "metric" else "right")
+    for key in ("jobs", "median_abs_log_error", "within_10pct", "within_50pct", "within_100pct", "within_10x"):
+        rt.add_row(
+            key,
+            _fmt(report["runtime"][key]),
+            _fmt(b["runtime"][key]),
+            _fmt(report["time_to_failure"][key]),
+            _fmt(b["time_to_failure"][key]),
+        )
+    out.print(rt)
+    out.print(f"p90 runtime covers {report['runtime']['p90_coverage']:.1%} of completed test jobs")
+    for claim, ok in report["claims"].items():
+        if isinstance(ok, bool):
+            out.print(f"{'[green]yes[/]' if ok else '[red]no[/]'}  {claim}", markup=True)
+
+
+_TL_RE = re.compile(r"^(?:(\d+)-)?(\d+):(\d\d)(?::(\d\d))?$")
+
+
+def parse_time_limit(text: str) -> float:
+    """Seconds from '3600', '90m', '4h', '2d', 'HH:MM:SS', 'MM:SS' or Slurm's 'D-HH:MM:SS'."""
+    s = text.strip().lower()
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        if s and s[-1] in units:
+            return float(s[:-1]) * units[s[-1]]
+        if ":" not in s:
+            return float(s)
+    except ValueError:
+        pass
+    m = _TL_RE.match(s)
+    if m:
+        d, a, b, c = m.groups()
+        if c is None:  # MM:SS
+            return int(a) * 60 + int(b) + int(d or 0) * 86400
+        return int(d or 0) * 86400 + int(a) * 3600 + int(b) * 60 + int(c)
+    raise ValueError(f"--time-limit: cannot read {text!r} (try 3600, 90m, 4h or 1-00:00:00)")
+
+
+def suggest_time_limit(p90_s: float, margin: float = 1.25) -> float:
+    """The p90 runtime with a margin, rounded up to 15 minutes."""
+    return max(900.0, math.ceil(p90_s * margin / 900.0) * 900.0)
+
+
+@app.command("show")
+def show(
+    job_id: Annotated[
+        str | None, typer.Argument(help="A stored job's id; omit it and describe a pending job instead.")
+    ] = None,
+    db: DbOpt = None,
+    model_path: ModelOpt = Path(DEFAULT_MODEL),
+    source: SourceOpt = None,
+    user: Annotated[str | None, typer.Option(help="Pending job: its user.")] = None,
+    name: Annotated[str | None, typer.Option(help="Pending job: its name.")] = None,
+    group: Annotated[str | None, typer.Option(help="Pending job: its account / group.")] = None,
+    gpus: Annotated[float | None, typer.Option(help="Pending job: GPUs requested.")] = None,
+    nodes: Annotated[int, typer.Option(help="Pending job: nodes requested.")] = 1,
+    time_limit: Annotated[
+        str | None, typer.Option("--time-limit", help="Pending job: time limit (3600, 90m, 4h, 1-00:00:00).")
+    ] = None,
+    partition: Annotated[str | None, typer.Option(help="Pending job: partition.")] = None,
+    priority_class: Annotated[str | None, typer.Option(help="Pending job: priority class.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The three predictions for one job, what drove them, and a suggested time limit.
+
+    For a stored job the features are those it had at its submit time. For a pending job (--user,
+    --gpus, ...) they come from every job in the store that has ended, as of now.
+    """
+    import numpy as np
+
+    from headway.predict.explain import duration, top_reasons
+    from headway.predict.features import request_features, replay_state
+    from headway.predict.model import FEATURES, ModelFileError, Predictor, fallback_predictions
+
+    spec = any(v is not None for v in (user, name, group, gpus, time_limit, partition, priority_class))
+    if job_id is None and not spec:
+        fail("give a JOBID, or describe a pending job with --user/--name/--gpus/--time-limit")
+    if job_id is not None and spec:
+        fail("give either a JOBID or a pending job's options, not both")
+    model: Predictor | None = None
+    note = None
+    try:
+        model = Predictor.load(model_path)
+    except ModelFileError as e:
+        if model_path != Path(DEFAULT_MODEL) or "no model file" not in str(e):
+            fail(str(e))
+        note = f"no model file at {model_path}: cold-start estimates from running rates and medians"
+    frame = _load(db, source, True, as_json)
+    if job_id is not None:
+        hits = np.flatnonzero(frame.job_id == job_id)
+        if len(hits) == 0:
+            fail(f"job {job_id!r} is not in the store{f' (source {source})' if source else ''}")
+        i = int(hits[-1])
+        X = frame.X[i : i + 1]
+        cats = {k: v[i : i + 1] for k, v in frame.cats.items()}
+        tl = frame.time_limit[i : i + 1]
+        job = {
+            "job_id": job_id,
+            "user": frame.user[i],
+            "name": frame.name[i],
+            "group": frame.cats["group"][i],
+            "gpus": float(frame.gpus[i]),
+            "submit_time": _iso(frame.submit[i]),
+            "state": frame.state[i],
+            "runtime": None if math.isnan(frame.runtime[i]) else float(frame.runtime[i]),
+        }
+    else:
+        try:
+            tl_s = parse_time_limit(time_limit) if time_limit is not None else math.nan
+        except ValueError as e:
+            fail(str(e))
+        now = time.time()
+        g = float(gpus if gpus is not None else 1.0)
+        state = replay_state(frame, now)
+        hist = np.array([state.peek_row(user, group, name, g, now)], dtype=np.float64)
+        tl = np.array([tl_s])
+        X = np.hstack([hist, request_features(np.array([g]), np.array([float(nodes)]), tl, np.array([now]))])
+        cats = {
+            "partition": np.array([partition], dtype=object),
+            "priority_class": np.array([priority_class], dtype=object),
+            "group": np.array([group], dtype=object),
+        }
+        job = {"job_id": None, "user": user, "name": name, "group": group, "gpus": g, "submit_time": _iso(now)}
+    reasons: dict[str, list[dict[str, Any]]] = {}
+    if model is not None:
+        Xd = model.design(X, cats)
+        pred = model.predict_design(Xd, tl)
+        contrib = model.contributions(Xd)
+        words = {
+            "p_success": ("raises the chance", "lowers the chance"),
+            "runtime_q50": ("makes it longer", "makes it shorter"),
+            "ttf_q50": ("later failure", "earlier failure"),
+        }
+        for key, (up, down) in words.items():
+            if key in contrib:
+                reasons[key] = [
+                    {"feature": r.feature, "words": r.words, "effect": r.effect, "direction": r.direction}
+                    for r in top_reasons(contrib[key][0], Xd[0], model.vocab, up, down)
+                ]
+    else:
+        pred = fallback_predictions(X, tl)
+    p90 = float(pred.runtime_p90[0])
+    result = {
+        "job": job,
+        "p_success": float(pred.p_success[0]),
+        "runtime_s": float(pred.runtime[0]),
+        "runtime_p90_s": p90,
+        "time_to_failure_s": float(pred.time_to_failure[0]),
+        "requested_time_limit_s": None if math.isnan(tl[0]) else float(tl[0]),
+        "suggested_time_limit_s": suggest_time_limit(p90),
+        "reasons": reasons,
+        "model": str(model_path) if model is not None else None,
+        "note": note,
+        "features": {n: (None if isinstance(v, float) and math.isnan(v) else v) for n, v in zip(
+            FEATURES, X[0].tolist() + [c[0] for c in cats.values()], strict=True)},
+    }
+    if as_json:
+        print_json(result)
+        return
+    who = f"job {job_id}" if job_id else "pending job"
+    out.print(f"[bold]{who}[/] user={job['user']} name={job['name']} gpus={job['gpus']:g}", markup=True)
+    if note:
+        out.print(note)
+    out.print(f"  P(completes)          {result['p_success']:.0%}")
+    out.print(f"  runtime if it does    {duration(result['runtime_s'])} (p90 {duration(p90)})")
+    out.print(f"  time to failure       {duration(result['time_to_failure_s'])}")
+    req = result["requested_time_limit_s"]
+    out.print(
+        f"  time limit            requested {duration(req) if req else 'none'}, "
+        f"suggested {duration(result['suggested_time_limit_s'])} (p90 runtime + 25%)"
+    )
+    titles = {"p_success": "completion", "runtime_q50": "runtime", "ttf_q50": "time to failure"}
+    for key, rs in reasons.items():
+        out.print(f"[bold]what drove the {titles[key]} prediction[/]", markup=True)
+        for r in rs:
+            out.print(f"  - {r['words']} ({r['direction']})")
+    if job_id is not None and job.get("state"):
+        rt_s = job.get("runtime")
+        out.print(f"what happened: {job['state']}" + (f" after {duration(rt_s)}" if rt_s is not None else ""))
+
+
+def _iso(t: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(float(t), tz=dt.UTC).isoformat(timespec="seconds")

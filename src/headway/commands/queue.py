@@ -117,7 +117,11 @@ def queue(
     now = time.time()
     t = Table(box=None, pad_edge=False, header_style="bold")
     for col in ("JOBID", "NAME", "USER", "ST", "TIME", "GPUS", "REASON", "RANK", "P(OK)"):
-        t.add_column(col, justify="right" if col in ("JOBID", "TIME", "GPUS", "RANK", "P(OK)") else "left")
+        t.add_column(
+            col,
+            justify="right" if col in ("JOBID", "TIME", "GPUS", "RANK", "P(OK)") else "left",
+            no_wrap=True,
+        )
     for j in jobs:
         if j["state"] in ("RUNNING", "LAUNCHING"):
             reason = "gpu:" + ",".join(map(str, j["gpu_ids"])) if j["gpu_ids"] else "-"
@@ -226,7 +230,11 @@ def history(
         return
     t = Table(box=None, pad_edge=False, header_style="bold")
     for col in ("JOBID", "NAME", "USER", "STATE", "EXIT", "GPUS", "GPU_IDS", "SUBMIT", "ELAPSED", "WAIT"):
-        t.add_column(col, justify="right" if col in ("JOBID", "EXIT", "GPUS", "ELAPSED", "WAIT") else "left")
+        t.add_column(
+            col,
+            justify="right" if col in ("JOBID", "EXIT", "GPUS", "ELAPSED", "WAIT") else "left",
+            no_wrap=True,
+        )
     for j in jobs:
         wait = "-"
         if j.get("start_ts") is not None:

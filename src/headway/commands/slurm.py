@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+import signal
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.columns import Columns
 from rich.table import Table
 
 from headway.console import err, fail, out, print_json
@@ -46,28 +49,16 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool) -> None:
         print_json(report.to_json())
         return
     if not report.ok and report.plan is None:
-        err.print(f"[yellow]pass {report.seq}:[/] {report.error}; nothing written, retrying")
+        err.print(f"[yellow]pass {report.seq}:[/] {report.error}; nothing written")
         return
     plan = report.plan
     assert plan is not None
     t = Table(
         title=f"pass {report.seq}: {plan.pending} pending, {plan.running} running ({plan.queue_source})"
     )
-    for col in (
-        "rank",
-        "job",
-        "user",
-        "name",
-        "GPUs",
-        "tier",
-        "score",
-        "SiteFactor now",
-        "planned",
-        "status",
-    ):
-        t.add_column(
-            col, justify="right" if col in ("rank", "GPUs", "score", "SiteFactor now", "planned") else "left"
-        )
+    right = ("rank", "GPUs", "score", "site now", "site new")
+    for col in ("rank", "job", "user", "name", "GPUs", "tier", "score", "site now", "site new", "status"):
+        t.add_column(col, justify="right" if col in right else "left")
     applied = {c.job_id for c in report.applied}
     changed = {c.job_id for c in plan.changes}
     for r in plan.rows:
@@ -76,7 +67,7 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool) -> None:
         elif r.job_id in applied:
             status = "[green]written[/]"
         elif r.job_id in changed:
-            status = "planned (dry run)" if report.dry_run else "not written"
+            status = "dry run" if report.dry_run else "not written"
         else:
             status = "unchanged"
         if not verbose and status == "unchanged" and len(plan.rows) > 50:
@@ -87,7 +78,7 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool) -> None:
             r.user or "-",
             r.name or "-",
             f"{r.gpus:g}",
-            r.tier,
+            r.tier.split(" ")[0],
             f"{r.score:.4g}",
             "?" if r.current is None else str(r.current),
             str(r.target),
@@ -174,7 +165,11 @@ def sync(
             return
         if not as_json:
             err.print(f"syncing every {every:g} s ({'writing' if apply else 'dry run'}); Ctrl-C to stop")
-        run_loop(syncer, every, lambda r: _print_report(r, as_json, verbose), max_passes=max_passes)
+        stop = threading.Event()  # SIGTERM (a service manager stopping us) ends the loop between passes
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        run_loop(
+            syncer, every, lambda r: _print_report(r, as_json, verbose), stop=stop, max_passes=max_passes
+        )
     except (SlurmMissing, SlurmDenied) as e:
         fail(str(e))
     except KeyboardInterrupt:
@@ -253,8 +248,8 @@ def why(
     for k, v in row.factors.items():
         t.add_row(k, f"{v:.4g}")
     t.add_row("SiteFactor", f"{'?' if row.current is None else row.current} now, {row.target} planned")
-    out.print(t)
     if sprio is None:
+        out.print(t)
         out.print(
             "slurm: sprio has no line for this job"
             + (f" ({res.stderr.strip()})" if res.stderr.strip() else "")
@@ -263,4 +258,4 @@ def why(
     s = Table(title=f"slurm (sprio): priority {sprio.priority}", show_header=False)
     for k, v in sprio.factors.items():
         s.add_row(k, f"{v:g}")
-    out.print(s)
+    out.print(Columns([t, s]))

@@ -112,6 +112,7 @@ class Daemon:
         self.views: JobViews | None = None
         self.children: dict[tuple[int, int], subprocess.Popen[bytes]] = {}
         self.wake = asyncio.Event()
+        self._last_retrain = time.time()
         self.dirty = True
         self.last_tick = 0.0
         self.stopping = False
@@ -194,8 +195,18 @@ class Daemon:
                 )
             )
         elif view.kind == "lost":
+            self._kill_orphans(job)
             out.append(Lost(job.id, job.attempt, time.time()))
         return out
+
+    def _kill_orphans(self, job: LocalJob) -> None:
+        """A lost supervisor may leave its job running: kill the job's process group before its GPUs
+        go to another job."""
+        info = runs.read_json(runs.run_dir(self.state_dir, job.id, job.attempt) / runs.JOB)
+        if info and info.get("pgid"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(info["pgid"]), signal.SIGKILL)
+                log.warning("job %d: its supervisor was lost; killed its process group", job.id)
 
     def _db(self) -> StateDB:
         assert self.db is not None, "Daemon.open() first"
@@ -254,6 +265,7 @@ class Daemon:
             "grace": self.cfg.grace,
             "stdout": str(out),
             "stderr": str(err),
+            "run_dir": str(rdir),
         }
         runs.write_atomic(rdir / runs.SPEC, spec, fsync=False)
         try:
@@ -331,11 +343,15 @@ class Daemon:
         if events:
             self._apply(self.core.handle(*events))
 
-    def predict_new(self, now: float) -> None:
-        """Predictions for pending jobs that have none yet (one batched call)."""
+    def predict_new(self, now: float, refresh: bool = False) -> None:
+        """Predictions for pending jobs that have none yet, or all of them after a retrain (one call)."""
         if self.predictor is None:
             return
-        todo = [j for j in self.core.jobs.values() if j.state is JobState.PENDING and j.p_success is None]
+        todo = [
+            j
+            for j in self.core.jobs.values()
+            if j.state is JobState.PENDING and (refresh or j.p_success is None)
+        ]
         if not todo:
             return
         from headway.local.ordering import predicted_events
@@ -346,6 +362,22 @@ class Daemon:
             log.exception("prediction failed; ranking without it")
             return
         self._apply(self.core.handle(*events))
+
+    _last_retrain: float = 0.0
+
+    def retrain(self, now: float) -> None:
+        """Let the predictor retrain when it is due; then refresh every pending job's prediction."""
+        self._last_retrain = now
+        if self.predictor is None:
+            return
+        try:
+            if not self.predictor.maybe_retrain(now):
+                return
+        except Exception:
+            log.exception("predictor retraining failed; keeping the old model")
+            return
+        log.info("predictor retrained; refreshing predictions of pending jobs")
+        self.predict_new(now, refresh=True)
 
     def schedule(self, now: float) -> None:
         self.predict_new(now)
@@ -363,6 +395,8 @@ class Daemon:
                 if self.dirty or wake or now - self.last_tick > 5.0:
                     self.schedule(now)
                 self.flush_store_soon()
+                if now - self._last_retrain > 60.0:
+                    self.retrain(now)
             except Exception:
                 log.exception("watcher pass failed")
             with contextlib.suppress(TimeoutError):

@@ -274,6 +274,44 @@ def load_book(state_dir: Path) -> UsageBook:
     return book
 
 
-def build_predictor(state_dir: Path, store: Path, extra: Sequence[Path] = ()) -> Any:
-    """The shared online predictor, trained on the job store(s); None when it cannot be built."""
-    return None
+def build_predictor(store: Path, extra: Sequence[Path] = (), now: float | None = None) -> Any:
+    """The shared online predictor, warmed with every ended job in the job store(s) and trained if there
+    are enough of them; a fresh queue starts with the predictor's cold-start fallbacks."""
+    import time
+
+    from headway.predict.online import OnlinePredictor
+    from headway.schema import ENDED_STATES
+    from headway.store import JobStore, StoreError
+
+    pred = OnlinePredictor()
+    ended = ", ".join(f"'{s.value}'" for s in ENDED_STATES)
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in (store, *extra):
+        if not path.exists():
+            continue
+        try:
+            with JobStore(path, read_only=True) as js:
+                table = js.table(f"end_time IS NOT NULL AND state IN ({ended})")
+        except StoreError:
+            continue
+        for r in table.to_pylist():
+            rows[(r["source"], r["job_id"])] = r
+    for r in sorted(rows.values(), key=lambda r: r["end_time"]):
+        end = r["end_time"].timestamp()
+        start = r["start_time"].timestamp() if r["start_time"] is not None else end
+        submit = r["submit_time"].timestamp() if r["submit_time"] is not None else start
+        job = SubmittedJob(
+            job_id=f"{r['source']}:{r['job_id']}",
+            user=r["user"],
+            group=r["group"],
+            name=r["name"],
+            partition=r["partition"],
+            priority_class=r["priority_class"],
+            submit_time=submit,
+            gpus=float(r["gpus"] or 0.0),
+            nodes=int(r["nodes"] or 1),
+            time_limit=float(r["time_limit"]) if r["time_limit"] is not None else None,
+        )
+        pred.observe_end(EndedJob(job, start, end, r["state"]))
+    pred.maybe_retrain(time.time() if now is None else now)
+    return pred

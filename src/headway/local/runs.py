@@ -7,6 +7,7 @@ One directory per launch attempt (`runs/<job>.<attempt>/`) holds:
 - `claim`: created exactly once with `link()` (atomic, fails if present). The supervisor claims before it
   starts the job; a restarted daemon that finds an unclaimed launch claims it as "abandoned", which makes a
   late supervisor give up. So an attempt runs at most once, whoever crashes when.
+- `job.json`: the job's process group id, written once it has started,
 - `status.json`: the job's end, written by the supervisor with temp file + rename before it exits.
 
 Only the standard library here: the supervisor imports this module.
@@ -26,6 +27,7 @@ SPEC = "spec.json"
 LOCK = "lock"
 CLAIM = "claim"
 STATUS = "status.json"
+JOB = "job.json"  # the job's process group id, for cleanup if its supervisor is ever lost
 
 
 def run_dir(state_dir: Path, job_id: int, attempt: int) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import signal
 import subprocess
@@ -63,14 +64,16 @@ def _run(spec: dict[str, Any]) -> dict[str, Any]:
     uid, gid = int(spec["uid"]), int(spec["gid"])
     out = _open_log(spec["stdout"], uid, gid)
     err = _open_log(spec["stderr"], uid, gid)
-    kw: dict[str, Any] = {}
+    kw: dict[str, Any] = {"cwd": spec["cwd"]}
     if os.getuid() == 0 and uid != 0:
         kw.update(user=uid, group=gid, extra_groups=list(spec.get("groups") or [gid]))
+        # Enter the working directory only after dropping to the user (Popen's cwd= would enter it as
+        # root), so a job can never start inside a directory its user could not reach.
+        kw.update(cwd=None, preexec_fn=functools.partial(os.chdir, spec["cwd"]))
     start = time.time()
     try:
         proc = subprocess.Popen(
             list(spec["argv"]),
-            cwd=spec["cwd"],
             env=dict(spec["env"]),
             stdin=subprocess.DEVNULL,
             stdout=out,
@@ -79,14 +82,21 @@ def _run(spec: dict[str, Any]) -> dict[str, Any]:
             close_fds=True,
             **kw,
         )
-    except OSError as e:
-        os.write(err, f"headway: cannot start {spec['argv'][0]!r}: {e}\n".encode())
+    except (OSError, subprocess.SubprocessError) as e:
+        what = (
+            "cannot enter the working directory"
+            if isinstance(e, subprocess.SubprocessError)
+            else "cannot start"
+        )
+        os.write(err, f"headway: {what} {spec['argv'][0]!r}: {e}\n".encode())
         code = 127 if isinstance(e, FileNotFoundError) else 126
         return {"state": "FAILED", "exit_code": code, "start_time": start, "end_time": time.time()}
     finally:
         os.close(out)
         os.close(err)
     pid = proc.pid
+    if spec.get("run_dir"):
+        runs.write_atomic(Path(spec["run_dir"]) / runs.JOB, {"pgid": pid}, fsync=False)
     limit = spec.get("time_limit")
     deadline = start + float(limit) if limit else None
     grace = float(spec.get("grace", 10.0))

@@ -211,7 +211,7 @@ _WORDS: dict[str, tuple[str, Callable[[float], str]]] = {
     "c_gpu_h": ("expected GPU-hours it will take (c)", lambda v: f"{v:.3g}"),
     "w": ("priority-class weight (w)", lambda v: f"{v:g}"),
     "fairshare": ("fair-share factor of its user", lambda v: f"{v:.2f} (1 = no recent usage)"),
-    "waited_h": ("waiting for", lambda v: _dur(v * 3600)),
+    "waited_h": ("waited so far", lambda v: _dur(v * 3600)),
     "age": ("age factor", lambda v: f"{v:.2f}"),
     "size": ("size factor", lambda v: f"{v:.2f}"),
     "pred_gpu_h": ("predicted GPU-hours", lambda v: f"{v:.3g}"),

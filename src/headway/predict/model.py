@@ -35,6 +35,7 @@ MODEL_FORMAT = "headway-predictor"
 MODEL_VERSION = 1
 P_CLIP = (0.001, 0.999)
 ISOTONIC_MIN_ROWS = 5000
+SMALL_FIT_ROWS = 100_000
 DEFAULT_RUNTIME_S = 3600.0
 FEATURES: tuple[str, ...] = NUMERIC_FEATURES + CATEGORICAL_FEATURES
 _COL = {name: i for i, name in enumerate(FEATURES)}
@@ -58,7 +59,7 @@ class TrainConfig:
     calibration: str = "auto"  # isotonic | platt | auto (isotonic from 5,000 calibration jobs up)
     max_rows: int = 400_000  # train each model on at most the most recent this many jobs
     min_rows: int = 50  # fewer examples than this: that part falls back to running medians / rates
-    threads: int = 2
+    threads: int = 2  # used from SMALL_FIT_ROWS examples up; smaller fits use one thread
     seed: int = 7
 
 
@@ -266,6 +267,8 @@ class Predictor:
             target: npt.NDArray[Any], rounds: int, **extra: Any,
         ) -> Any:
             params = _lgb_params(cfg, objective, **extra)
+            if len(sel_fit) < SMALL_FIT_ROWS:
+                params["num_threads"] = 1  # thread hand-offs cost more than they save on small data
             o = off[OFFSET_OF[key]]
             dfit = lgb.Dataset(
                 Xd[sel_fit], target[sel_fit], init_score=o[sel_fit], categorical_feature=cat_idx,
@@ -302,6 +305,13 @@ class Predictor:
     # -- inference ----------------------------------------------------------------------------------
     def design(self, X: npt.NDArray[np.float64], cats: dict[str, Any]) -> npt.NDArray[np.float64]:
         return design(X, cats, self.vocab)
+
+    def uncalibrated(self, Xd: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """The classifier's probability before calibration (the fallback rate when there is no classifier)."""
+        off = offsets(Xd[:, : len(NUMERIC_FEATURES)], np.full(len(Xd), np.nan))["p_success"]
+        if "p_success" in self.boosters:
+            off = off + self.boosters["p_success"].predict(Xd, raw_score=True)
+        return _sigmoid(off)
 
     def predict_design(
         self, Xd: npt.NDArray[np.float64], time_limit: npt.NDArray[np.float64]

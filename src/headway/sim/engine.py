@@ -212,6 +212,8 @@ class Engine:
                 pend_sizes[(int(whole[k]), int(max_nodes[k]))] += 1
             elif milli[k]:
                 pend_milli[int(milli[k])] += 1
+            else:
+                pend_milli[0] += 1  # CPU-only: always startable
 
         def drop_pending(k: int) -> None:
             pend.remove(k)
@@ -220,10 +222,11 @@ class Engine:
                 pend_sizes[key_] -= 1
                 if not pend_sizes[key_]:
                     del pend_sizes[key_]
-            elif milli[k]:
-                pend_milli[int(milli[k])] -= 1
-                if not pend_milli[int(milli[k])]:
-                    del pend_milli[int(milli[k])]
+            else:
+                mk = int(milli[k])
+                pend_milli[mk] -= 1
+                if not pend_milli[mk]:
+                    del pend_milli[mk]
 
         def advance_usage(now: float) -> None:
             nonlocal t_usage
@@ -268,7 +271,7 @@ class Engine:
                 free_share = float(C.share[C.share > 0].sum())
                 smax = int(C.share.max())
                 for mm in pend_milli:
-                    if mm <= free_share and mm > smax:
+                    if 0 < mm <= free_share and mm > smax:
                         return free_total
             return 0.0
 

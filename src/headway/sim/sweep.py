@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from headway.predict.api import OnlinePredictor
 from headway.sim.cluster import ClusterSpec
 from headway.sim.metrics import MetricValue, compute
 
@@ -43,11 +44,17 @@ def grid(policies: Sequence[str], loads: Sequence[float | None], seeds: Sequence
 
 
 def run_cell(
-    jobs: pa.Table, cluster: ClusterSpec, cell: Cell, placement: str | None, include_cpu: bool
+    jobs: pa.Table,
+    cluster: ClusterSpec,
+    cell: Cell,
+    placement: str | None,
+    include_cpu: bool,
+    predictor_factory: Callable[[], OnlinePredictor] | None = None,
 ) -> CellResult:
     """Run one simulation and keep only its metrics (this is what a Dask worker executes)."""
     from headway.sim.run import run_simulation
 
+    extra: dict[str, Any] = {} if predictor_factory is None else {"predictor_factory": predictor_factory}
     res = run_simulation(
         jobs,
         cluster,
@@ -55,10 +62,8 @@ def run_cell(
         placement=placement,
         load=cell.load,
         seed=cell.seed,
-        predictor_factory=None,
-        explain=(),
         include_cpu=include_cpu,
-        progress=None,
+        **extra,
     )
     return CellResult(cell, compute(res))
 
@@ -73,8 +78,12 @@ def run_grid(
     scheduler: str | None = None,
     workers: int = 2,
     on_done: Callable[[CellResult], None] | None = None,
+    predictor_factory: Callable[[], OnlinePredictor] | None = None,
 ) -> list[CellResult]:
-    """Run every cell on a Dask cluster (a local one with `workers` processes unless `scheduler` is given)."""
+    """Run every cell on a Dask cluster (a local one with `workers` processes unless `scheduler` is given).
+
+    `predictor_factory` must be picklable (a module-level class or function); None uses the engine's.
+    """
     from dask.distributed import Client, LocalCluster, as_completed
 
     local: LocalCluster | None = None
@@ -92,7 +101,8 @@ def run_grid(
     try:
         jobs_f = client.scatter(jobs, broadcast=True)
         futures = [
-            client.submit(run_cell, jobs_f, cluster, c, placement, include_cpu, pure=False) for c in cells
+            client.submit(run_cell, jobs_f, cluster, c, placement, include_cpu, predictor_factory, pure=False)
+            for c in cells
         ]
         results: list[CellResult] = []
         for fut in as_completed(futures):

@@ -22,6 +22,12 @@ _DENIED = re.compile(
     re.IGNORECASE,
 )
 
+_NO_CONFIG = re.compile(
+    r"could not establish a configuration source|resolve_ctls_from_dns_srv|"
+    r"unable to (open|read) .*slurm\.conf|no such file.*slurm\.conf",
+    re.IGNORECASE,
+)
+
 
 class SlurmError(RuntimeError):
     """A Slurm command failed; str() is one line for the user."""
@@ -51,6 +57,11 @@ def classify(cmd: str, returncode: int, stderr: str) -> SlurmError:
     """The error to raise for a failed command, from its stderr."""
     lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
     first = lines[0] if lines else f"exit status {returncode}"
+    if _NO_CONFIG.search(stderr):
+        return SlurmMissing(
+            f"{cmd}: Slurm is not configured on this machine ({first}); run on a cluster node, or set "
+            "SLURM_CONF to its slurm.conf"
+        )
     if _DENIED.search(stderr):
         return SlurmDenied(
             f"{cmd}: not permitted: {first} (updating SiteFactor needs root or Slurm's SlurmUser)"
@@ -77,13 +88,15 @@ class Runner:
             )
         return exe
 
-    def run(self, cmd: str, args: Sequence[str], *, check: bool = True) -> Result:
-        """Run `cmd args...`; with check, a non-zero exit raises the classified SlurmError."""
+    def run(self, cmd: str, args: Sequence[str], *, check: bool = True, stdin: str | None = None) -> Result:
+        """Run `cmd args...` (feeding `stdin`); with check, a non-zero exit raises the classified error."""
         argv = (self.which(cmd), *args)
         try:
             proc = subprocess.run(
                 argv,
                 capture_output=True,
+                input=stdin,
+                stdin=None if stdin is not None else subprocess.DEVNULL,
                 text=True,
                 errors="replace",
                 timeout=self.timeout_s,

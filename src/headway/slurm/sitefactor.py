@@ -69,42 +69,43 @@ class ApplyReport:
 _FOR_JOB = re.compile(r"for job (\d+(?:[_+]\d+)?)", re.IGNORECASE)
 
 
-def apply_changes(runner: Runner, changes: Sequence[Change], batch: int = 64) -> ApplyReport:
-    """`scontrol update JobId=a,b,c SiteFactor=X` per value, in batches; failures per job, never fatal.
+def apply_changes(runner: Runner, changes: Sequence[Change], batch: int = 256) -> ApplyReport:
+    """`scontrol update JobId=N SiteFactor=X` for each change, many per scontrol process (read from its
+    stdin, one command a line); failures per job, never fatal for the others.
 
-    A batch that fails is told apart job by job from scontrol's `... for job N` lines; if slurmctld
-    stops answering, nothing further is written (values computed before it went away may be stale).
+    scontrol names each failing job (`Invalid job id specified for job 99`), so a failed batch is told
+    apart job by job. If slurmctld stops answering, nothing further is written (values computed before it
+    went away may be stale). Raises SlurmDenied when Slurm refuses the update itself (not root or
+    SlurmUser): every later write would be refused too.
     """
-    by_value: dict[int, list[Change]] = {}
-    for c in changes:
-        by_value.setdefault(c.new, []).append(c)
     report = ApplyReport(applied=[], failed={}, commands=0)
-    for value, group in by_value.items():
-        for i in range(0, len(group), batch):
-            chunk = group[i : i + batch]
-            ids = ",".join(c.job_id for c in chunk)
-            res = runner.run("scontrol", ["update", f"JobId={ids}", f"SiteFactor={value}"], check=False)
-            report.commands += 1
-            if res.returncode == 0:
-                report.applied.extend(chunk)
-                continue
-            text = (res.stderr + "\n" + res.stdout).strip()
-            err = classify("scontrol update", res.returncode, text)
-            if isinstance(err, SlurmDown | SlurmDenied):
-                report.aborted = str(err)
-                for c in chunk:
-                    report.failed[c.job_id] = str(err)
-                return report
-            named: dict[str, str] = {}
-            for line in text.splitlines():
-                m = _FOR_JOB.search(line)
-                if m:
-                    named[m.group(1)] = line.strip()
-            for c in chunk:
-                if c.job_id in named:
-                    report.failed[c.job_id] = named[c.job_id]
-                elif named:
-                    report.applied.append(c)  # scontrol named only the jobs that failed
-                else:
-                    report.failed[c.job_id] = str(err)
+    for i in range(0, len(changes), batch):
+        chunk = changes[i : i + batch]
+        script = "".join(f"update JobId={c.job_id} SiteFactor={c.new}\n" for c in chunk)
+        res = runner.run("scontrol", [], check=False, stdin=script)
+        report.commands += 1
+        if res.returncode == 0:
+            report.applied.extend(chunk)
+            continue
+        text = (res.stderr + "\n" + res.stdout).strip()
+        named: dict[str, str] = {}
+        for line in text.splitlines():
+            m = _FOR_JOB.search(line)
+            if m:
+                named[m.group(1)] = line.strip().removeprefix("scontrol: ")
+        err = classify("scontrol update", res.returncode, text)
+        if isinstance(err, SlurmDenied):
+            raise err
+        if isinstance(err, SlurmDown):
+            report.aborted = str(err)
+            for c in chunk:  # some may have been written before it went away: not known which
+                report.failed[c.job_id] = f"not confirmed: {err}"
+            return report
+        for c in chunk:
+            if c.job_id in named:
+                report.failed[c.job_id] = named[c.job_id]
+            elif named:
+                report.applied.append(c)  # scontrol names only the jobs that failed
+            else:
+                report.failed[c.job_id] = str(err)
     return report

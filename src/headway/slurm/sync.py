@@ -12,6 +12,7 @@ import math
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,64 +129,11 @@ def rank_jobs(snapshot: Snapshot, policy: str) -> Ranking:
 
 
 def default_predictor() -> OnlinePredictor:
-    """The project's online predictor (predict/online.py), cold-started and fed by the sync loop.
+    """The project's online predictor (predict/online.py): cold-started, fed ended jobs by the sync loop,
+    retraining itself as history grows, exactly as the simulator drives it."""
+    from headway.predict.online import OnlinePredictor as Online
 
-    Where that module is not installed, the predictor's own cold-start path (predict/features.py's
-    rolling smoothed rates and medians) stands in, so a sync still ranks on real history.
-    """
-    import importlib
-
-    try:
-        online = importlib.import_module("headway.predict.online")
-    except ImportError:
-        return ColdStartPredictor()
-    for name in ("make_online_predictor", "OnlineModel", "OnlinePredictorImpl", "Online", "LivePredictor"):
-        factory = getattr(online, name, None)
-        if callable(factory):
-            predictor: OnlinePredictor = factory()
-            return predictor
-    return ColdStartPredictor()
-
-
-class ColdStartPredictor:
-    """Predictions from features.RollingState alone: smoothed success rates and running medians."""
-
-    def __init__(self) -> None:
-        from headway.predict.features import H, RollingState
-
-        self.state = RollingState()
-        self.h = H
-
-    def predict(self, jobs: Sequence[SubmittedJob], now: float) -> Predictions:
-        h, n = self.h, len(jobs)
-        p, rt, p90, ttf = (np.empty(n) for _ in range(4))
-        for i, j in enumerate(jobs):
-            row = self.state.peek_row(j.user, j.group, j.name, j.gpus, now)
-
-            def first(*keys: str, row: tuple[float, ...] = row) -> float:
-                for k in keys:
-                    v = row[h[k]]
-                    if v == v:  # not NaN
-                        return float(v)
-                return math.nan
-
-            named = row[h["name_jobs_ended"]] > 0
-            p[i] = row[h["name_success_rate"]] if named else row[h["user_success_rate"]]
-            med = first("name_log_runtime_median", "user_log_runtime_median", "global_log_runtime_median")
-            hi = first("name_log_runtime_p90", "user_log_runtime_p90")
-            fail = first("name_log_ttf_median", "user_log_ttf_median", "global_log_ttf_median")
-            limit = j.time_limit if j.time_limit else 3600.0
-            rt[i] = math.exp(med) if med == med else limit
-            p90[i] = max(math.exp(hi), rt[i]) if hi == hi else rt[i]
-            ttf[i] = math.exp(fail) if fail == fail else rt[i]
-        return Predictions(p, rt, p90, ttf)
-
-    def observe_end(self, ended: EndedJob) -> None:
-        j = ended.job
-        self.state.observe_end(j.user, j.group, j.name, j.gpus, ended.start_time, ended.end_time, ended.state)
-
-    def maybe_retrain(self, now: float) -> bool:
-        return False
+    return Online()
 
 
 def _epoch(t: dt.datetime | None) -> float | None:
@@ -237,7 +185,8 @@ class History:
         if not Path(path).exists():
             return
         try:
-            with JobStore(path, read_only=True) as store:
+            with JobStore(path, read_only=True) as store, warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # duckdb's note on Arrow copies is not for our users
                 table = store.table("source = ? AND end_time IS NOT NULL", [source])
         except StoreError as e:
             raise SlurmError(str(e)) from e
@@ -407,7 +356,8 @@ class SlurmSync:
         self.history = History()
         self.predictor = (predictor_factory or default_predictor)()
         self.fed: set[str] = set()
-        self.seq = 0
+        self.seq = 0  # snapshots ranked (the policy's pass number)
+        self.passes = 0
         self._store_loaded = False
 
     def _feed(self, now: float) -> None:
@@ -509,32 +459,38 @@ class SlurmSync:
         )
 
     def run_pass(self) -> PassReport:
-        """One pass; Slurm trouble ends up in the report (ok=False), never as an exception."""
-        at = self.clock()
-        report = PassReport(seq=self.seq + 1, at=at, ok=False, dry_run=not self.options.apply)
+        """One pass; trouble ends up in the report (ok=False), never as an exception, so a loop goes on.
+
+        Only what retrying cannot fix is raised: Slurm missing or not configured, or refusing the update.
+        """
+        self.passes += 1
+        report = PassReport(seq=self.passes, at=self.clock(), ok=False, dry_run=not self.options.apply)
         try:
-            plan = self.plan()
+            self._pass(report)
         except (SlurmMissing, SlurmDenied):
             raise
         except SlurmError as e:
             report.error = str(e)
-            return report
-        report.seq = self.seq
+        except Exception as e:  # a bug or a surprise from Slurm must not end a long-running loop
+            report.error = f"unexpected {type(e).__name__}: {e}; nothing more written this pass"
+        return report
+
+    def _pass(self, report: PassReport) -> None:
+        plan = self.plan()
         report.plan = plan
         if not self.options.apply or not plan.changes:
             report.ok = True
-            return report
+            return
         age = self.clock() - plan.read_at
         if age > self.options.max_age_s:
             report.error = (
                 f"queue read {age:.0f} s ago (over {self.options.max_age_s:.0f} s): stale, wrote nothing"
             )
-            return report
+            return
         applied: ApplyReport = apply_changes(self.runner, plan.changes)
         report.applied, report.failed, report.commands = applied.applied, applied.failed, applied.commands
         report.ok = applied.aborted is None
         report.error = applied.aborted
-        return report
 
 
 def run_loop(

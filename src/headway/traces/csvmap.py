@@ -12,7 +12,7 @@ import ast
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,7 +29,15 @@ INT_FIELDS = ("nodes", "cpus", "mem_mb", "time_limit", "exit_code")
 EPOCH_UNITS = ("s", "ms", "us")
 TIME_LIMIT_UNITS = {"s": 1, "min": 60, "h": 3600}
 MEM_UNITS = {"kb": 1 / 1024, "mb": 1, "gb": 1024, "tb": 1024 * 1024}
-_FORMAT_KEYS = {"delimiter", "time_format", "epoch_unit", "timezone", "time_limit_unit", "mem_unit", "comment"}
+_FORMAT_KEYS = {
+    "delimiter",
+    "time_format",
+    "epoch_unit",
+    "timezone",
+    "time_limit_unit",
+    "mem_unit",
+    "comment",
+}
 
 
 @dataclass(slots=True)
@@ -71,7 +79,11 @@ def load_mapping(path: Path) -> Mapping:
     m = Mapping(path)
     unknown_sections = set(data) - {"format", "fields", "states", "constants"}
     if unknown_sections:
-        raise _err(path, sorted(unknown_sections)[0], "unknown section (use [format], [fields], [states], [constants])")
+        raise _err(
+            path,
+            sorted(unknown_sections)[0],
+            "unknown section (use [format], [fields], [states], [constants])",
+        )
     fmt = data.get("format", {})
     if not isinstance(fmt, dict):
         raise _err(path, "format", "must be a table")
@@ -108,7 +120,11 @@ def load_mapping(path: Path) -> Mapping:
     for name, spec in fields.items():
         key = f"fields.{name}"
         if name not in JOB_SCHEMA.names or name == "source":
-            raise _err(path, key, f"not a job field (fields: {', '.join(n for n in JOB_SCHEMA.names if n != 'source')})")
+            raise _err(
+                path,
+                key,
+                f"not a job field (fields: {', '.join(n for n in JOB_SCHEMA.names if n != 'source')})",
+            )
         m.fields[name] = _field_source(path, key, name, spec)
     constants = data.get("constants", {})
     if not isinstance(constants, dict):
@@ -155,7 +171,9 @@ def _field_source(path: Path, key: str, name: str, spec: Any) -> FieldSource:
         allowed = {"column", "time_format", "epoch_unit"}
         extra = set(spec) - allowed
         if extra:
-            raise _err(path, f"{key}.{sorted(extra)[0]}", f"unknown key (known: {', '.join(sorted(allowed))})")
+            raise _err(
+                path, f"{key}.{sorted(extra)[0]}", f"unknown key (known: {', '.join(sorted(allowed))})"
+            )
         col = spec.get("column")
         if not isinstance(col, str) or not col:
             raise _err(path, f"{key}.column", "must name a column")
@@ -182,8 +200,17 @@ def _expression(path: Path, key: str, text: str) -> ast.expr:
     for node in ast.walk(tree):
         if not isinstance(
             node,
-            ast.BinOp | ast.UnaryOp | ast.Name | ast.Constant | ast.Load | ast.Add | ast.Sub | ast.Mult
-            | ast.Div | ast.USub | ast.UAdd,
+            ast.BinOp
+            | ast.UnaryOp
+            | ast.Name
+            | ast.Constant
+            | ast.Load
+            | ast.Add
+            | ast.Sub
+            | ast.Mult
+            | ast.Div
+            | ast.USub
+            | ast.UAdd,
         ):
             raise _err(path, key, f"expression {text!r}: only column names, numbers and + - * / are allowed")
         if isinstance(node, ast.Constant) and not isinstance(node.value, int | float):
@@ -222,9 +249,9 @@ class CsvMapReader:
                 value = src.constant.value if isinstance(src.constant, State) else src.constant
                 typ = JOB_SCHEMA.field(fname).type
                 if fname == "time_limit":
-                    value = value * TIME_LIMIT_UNITS[m.time_limit_unit]
+                    value = float(value) * TIME_LIMIT_UNITS[m.time_limit_unit]
                 if fname == "mem_mb":
-                    value = value * MEM_UNITS[m.mem_unit]
+                    value = float(value) * MEM_UNITS[m.mem_unit]
                 cols[fname] = pa.array([value] * f.n).cast(typ if typ != pa.int32() else pa.int64())
                 continue
             assert src.column is not None
@@ -262,7 +289,11 @@ class CsvMapReader:
                 if fname == "mem_mb":
                     num = pc.multiply(num, float(MEM_UNITS[m.mem_unit]))
                 if fname in INT_FIELDS:
-                    num = pc.round(num)
+                    num = f.whole(pc.round(num), name)
+                    if fname == "exit_code":
+                        num = f.whole(
+                            pc.if_else(pc.less(pc.abs(num), 2**31), num, pa.scalar(None, pa.int64())), name
+                        )
                 cols[fname] = num
         provided = set(cols) | {"job_id", "state"}
         if "state" not in cols:
@@ -279,7 +310,7 @@ class CsvMapReader:
 
         def ev(node: ast.expr) -> pa.Array | float:
             if isinstance(node, ast.Constant):
-                return float(node.value)
+                return float(cast(float, node.value))  # _expression allows only numbers
             if isinstance(node, ast.Name):
                 col = by_ident.get(node.id) or by_lower.get(node.id.lower())
                 if col is None:
@@ -289,7 +320,7 @@ class CsvMapReader:
                 return f.number(values, col)
             if isinstance(node, ast.UnaryOp):
                 inner = ev(node.operand)
-                return pc.negate(inner) if isinstance(node.op, ast.USub) else inner  # type: ignore[arg-type]
+                return pc.negate(inner) if isinstance(node.op, ast.USub) else inner
             if isinstance(node, ast.BinOp):
                 a, b = ev(node.left), ev(node.right)
                 if isinstance(node.op, ast.Add):

@@ -53,7 +53,11 @@ class HeliosReader:
             if v is not None:
                 cols[field_name] = f.text(v)
                 provided.add(field_name)
-        for field_name, col in (("submit_time", "submit_time"), ("start_time", "start_time"), ("end_time", "end_time")):
+        for field_name, col in (
+            ("submit_time", "submit_time"),
+            ("start_time", "start_time"),
+            ("end_time", "end_time"),
+        ):
             v = raw.get(col)
             if v is not None:
                 cols[field_name] = f.timestamp(v, col, TIME_FORMATS, tz, epoch_unit="s")
@@ -68,10 +72,7 @@ class HeliosReader:
             v = raw.get(col)
             if v is not None:
                 # Acme writes some counts as floats ("8.0"); read as numbers, keep whole values.
-                num = f.number(v, col)
-                whole = pc.equal(num, pc.floor(num))
-                f.flag(pc.invert(whole), f"{col}: not a whole number", v)
-                cols[field_name] = pc.if_else(whole, num, pa.scalar(None, pa.float64())).cast(pa.int64())
+                cols[field_name] = f.whole(f.number(v, col), col, v)
                 provided.add(field_name)
         table, sink = f.finish(cols, options, self.name)
         notes = []

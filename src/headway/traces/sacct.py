@@ -294,7 +294,7 @@ class SacctReader:
         req_kv: tb.KeyValues | None,
         alloc_kv: tb.KeyValues | None,
     ) -> pa.Array | None:
-        """Memory in MB: ReqMem (`4000M`, `62.50G`, old `4000Mc` per CPU / `4000Mn` per node), else TRES mem."""
+        """Memory in MB: ReqMem (`62.50G`; old `4000Mc` per CPU, `4000Mn` per node), else TRES mem."""
         out = np.zeros(f.n, dtype=np.float64)
         found = np.zeros(f.n, dtype=bool)
         any_source = False
@@ -305,9 +305,13 @@ class SacctReader:
             parts = pc.extract_regex(d, r"^(?P<v>[0-9]+(?:\.[0-9]+)?)(?P<u>[KMGTP]?)(?P<per>[cn]?)$")
             bad_d = pc.and_(pc.is_valid(d), pc.is_null(parts))
             f.flag(pc.take(bad_d, enc.indices), "ReqMem: expected a size like 4000M", req_mem)
-            mb_d = pc.multiply(pc.struct_field(parts, "v").cast(pa.float64()), tb.unit_scale(pc.struct_field(parts, "u")))
+            mb_d = pc.multiply(
+                pc.struct_field(parts, "v").cast(pa.float64()), tb.unit_scale(pc.struct_field(parts, "u"))
+            )
             mb = pc.fill_null(pc.take(mb_d, enc.indices), 0.0).to_numpy(zero_copy_only=False)
-            per = pc.fill_null(pc.take(pc.struct_field(parts, "per"), enc.indices), "").to_numpy(zero_copy_only=False)
+            per = pc.fill_null(pc.take(pc.struct_field(parts, "per"), enc.indices), "").to_numpy(
+                zero_copy_only=False
+            )
             if cpus is not None:
                 c = pc.fill_null(cpus, 0).to_numpy(zero_copy_only=False).astype(np.float64)
                 mb = np.where(per == "c", mb * c, mb)

@@ -116,7 +116,9 @@ class SlurmdbReader:
             signalled = pc.fill_null(pc.not_equal(pc.bit_wise_and(status, 0x7F), 0), False)
             n_sig = int(signalled.to_numpy(zero_copy_only=False).sum())
             if n_sig:
-                notes.append(f"{n_sig} jobs ended by a signal (low bits of exit_code); exit_code keeps the exit status")
+                notes.append(
+                    f"{n_sig} jobs ended by a signal (low bits of exit_code); exit_code keeps the exit status"
+                )
             provided.add("exit_code")
 
         alloc_raw, req_raw = raw.get("tres_alloc"), raw.get("tres_req")
@@ -145,7 +147,7 @@ class SlurmdbReader:
 
     @staticmethod
     def _job_id(f: tb.Frame, raw: tb.RawColumns) -> pa.Array:
-        """id_job, or `arrayjob_task` (as sacct shows it) for array tasks when the export has those columns."""
+        """id_job, or `arrayjob_task` (as sacct shows it) for array tasks, when the export says so."""
         job = f.text(raw.get("id_job"))
         arr_job, arr_task = raw.get("id_array_job"), raw.get("id_array_task")
         if arr_job is None or arr_task is None:
@@ -170,7 +172,9 @@ class SlurmdbReader:
             if kv is None:
                 continue
             key_num = pc.cast(
-                pc.if_else(pc.match_substring_regex(kv.key, r"^[0-9]{1,9}$"), kv.key, pa.scalar(None, pa.string())),
+                pc.if_else(
+                    pc.match_substring_regex(kv.key, r"^[0-9]{1,9}$"), kv.key, pa.scalar(None, pa.string())
+                ),
                 pa.int64(),
             )
             if ids:

@@ -1,10 +1,12 @@
 """Vectorized reading of delimited job logs: split lines into string columns, convert whole columns.
 
-Python never loops over rows on the fast path. A file is read in chunks; each chunk is split into lines
-and fields by pyarrow.compute, rows with the wrong number of fields become bad rows, and every column
-stays a string array until a converter here turns it into numbers or timestamps in one call. A converter
-that fails on a non-empty value flags the row; `Frame.finish` then reports each flagged row once, with
-its file:line and the first reason, and drops it.
+Python never loops over rows. Unquoted files (sacct -P) are split by pyarrow's multi-threaded CSV parser
+while a numpy pass over the bytes gives each row its line number; other files are read in chunks split by
+pyarrow.compute (or by the C csv module when a chunk has quotes). Rows with the wrong number of fields are
+bad rows. Every column stays a string array until a converter here turns it into numbers or timestamps
+in one call; low-cardinality columns are converted once per distinct value. A converter that fails on a
+non-empty value flags the row; `Frame.finish` reports each flagged row once, with its file:line and the
+first reason, and drops it.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -35,15 +38,19 @@ _FLOAT_RE = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 
 def local_tz_name() -> str:
     """The machine's time zone as Arrow understands it: $TZ, /etc/localtime, or the current UTC offset."""
-    tz = os.environ.get("TZ", "").lstrip(":")
-    if tz and ("/" in tz or tz == "UTC"):
-        return tz
+    candidates = [os.environ.get("TZ", "").lstrip(":")]
     try:
         target = os.path.realpath("/etc/localtime")
         if "zoneinfo/" in target:
-            return target.split("zoneinfo/", 1)[1]
+            candidates.append(target.split("zoneinfo/", 1)[1])
     except OSError:
         pass
+    for tz in candidates:
+        if tz:
+            try:
+                return check_tz(tz)
+            except BadInputError:
+                continue
     off = time.localtime().tm_gmtoff
     sign = "+" if off >= 0 else "-"
     off = abs(off)
@@ -69,7 +76,7 @@ class RawColumns:
         self,
         file: str,
         header: list[str],
-        pieces: list[tuple[pa.Array | None, list[pa.Array] | None, int]],
+        pieces: list[tuple[pa.Array | None, list[Any] | None, int]],
         lines: np.ndarray,
         bad: list[tuple[int, str]],
     ) -> None:
@@ -101,7 +108,8 @@ class RawColumns:
                 if flat is not None:
                     parts.append(flat.take(pa.array(np.arange(i, n * k, k, dtype=np.int64))))
                 elif cols is not None:
-                    parts.append(cols[i])
+                    col = cols[i]
+                    parts.extend(col.chunks if isinstance(col, pa.ChunkedArray) else [col])
             self._cache[i] = pa.concat_arrays(parts) if parts else pa.array([], pa.string())
         return self._cache[i]
 
@@ -117,9 +125,7 @@ class RawColumns:
         return any(n.lower() in self._index for n in names)
 
 
-def _chunks(
-    path: Path, progress: Callable[[int], None] | None, quoting: bool
-) -> Iterator[tuple[bytes, int]]:
+def _chunks(path: Path, progress: Callable[[int], None] | None, quoting: bool) -> Iterator[tuple[bytes, int]]:
     """Yield (bytes ending at a line boundary, lines before it); quoted newlines stay in one chunk."""
     done = 0
     line_no = 0
@@ -153,7 +159,8 @@ def _chunks(
 def _split_lines(text: str) -> pa.Array:
     arr = pa.array([text], pa.large_string())
     lines = pc.split_pattern(arr, "\n").flatten()
-    lines = pc.utf8_rtrim(lines, characters="\r")
+    if "\r" in text:
+        lines = pc.utf8_rtrim(lines, characters="\r")
     return lines.cast(pa.string())
 
 
@@ -187,6 +194,10 @@ def read_delimited(
     comment: str | None = None,
 ) -> RawColumns:
     """Split `path` into string columns by its header line; `sep=None` picks ',' or tab from the header."""
+    if not quoting and sep is not None and comment is None:
+        fast = _read_unquoted_fast(path, sep, progress)
+        if fast is not None:
+            return fast
     file = str(path)
     header: list[str] | None = None
     ncols = 0
@@ -206,14 +217,16 @@ def read_delimited(
                 if s.strip() and not (comment and s.startswith(comment)):
                     if sep is None:
                         sep = "\t" if "\t" in s and "," not in s else ","
-                    row = next(csv.reader([s], delimiter=sep)) if quoting else s.split(sep)
+                    row = _header_fields(s, sep, quoting)
                     header = [h.strip().lstrip("\ufeff") for h in row]
                     break
             if header is None:
                 continue
             ncols = len(header)
             if ncols < 2:
-                raise BadInputError(f"{file}:{first_line + offset}: not a delimited table (no {sep!r} in the header)")
+                raise BadInputError(
+                    f"{file}:{first_line + offset}: not a delimited table (no {sep!r} in the header)"
+                )
             text = text.split("\n", offset)[offset] if text.count("\n") >= offset else ""
             first_line += offset
         assert sep is not None
@@ -221,16 +234,16 @@ def read_delimited(
             rows: list[list[str]] = []
             nums: list[int] = []
             for start, fields in _split_quoted(text, sep):
-                ln = first_line + start + 1
+                row_line = first_line + start + 1
                 if not fields or (len(fields) == 1 and not fields[0].strip()):
                     continue
                 if comment and fields[0].startswith(comment):
                     continue
                 if len(fields) != ncols:
-                    bad.append((ln, _count_reason(len(fields), ncols)))
+                    bad.append((row_line, _count_reason(len(fields), ncols)))
                     continue
                 rows.append(fields)
-                nums.append(ln)
+                nums.append(row_line)
             if rows:
                 cols = [pa.array(col, pa.string()) for col in zip(*rows, strict=True)]
                 pieces.append((None, cols, len(rows)))
@@ -258,6 +271,139 @@ def read_delimited(
         raise BadInputError(f"{file}: empty file")
     lines_all = np.concatenate(line_parts) if line_parts else np.zeros(0, dtype=np.int64)
     return RawColumns(file, header, pieces, lines_all, bad)
+
+
+class _CountingFile(io.RawIOBase):
+    """A read-only file that reports the bytes handed out so far (progress for pyarrow's reader)."""
+
+    def __init__(self, path: Path, progress: Callable[[int], None]) -> None:
+        self._fh = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._progress = progress
+        self._done = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = self._fh.readinto(b)
+        self._done += n or 0
+        self._progress(self._done)
+        return n or 0
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
+
+
+def _line_table(path: Path, sep: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, bytes] | None:
+    """Per line of an unquoted file: (1-based number, length without CR, separator count) and the first
+    line; None when the file has bare CRs (which pyarrow would treat as line ends)."""
+    sep_byte = ord(sep)
+    numbers: list[np.ndarray] = []
+    lengths: list[np.ndarray] = []
+    seps: list[np.ndarray] = []
+    first = b""
+    line_no = 0
+    carry = b""
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(CHUNK_BYTES)
+            data = carry + block
+            if not data:
+                break
+            cut = data.rfind(b"\n") + 1 if block else len(data)
+            if cut == 0:
+                carry = data
+                continue
+            part, carry = data[:cut], data[cut:]
+            if b"\r" in part and part.count(b"\r") != part.count(b"\r\n"):
+                return None
+            if not first:
+                first = part[: part.find(b"\n")] if b"\n" in part else part
+            arr = np.frombuffer(part, dtype=np.uint8)
+            ends = np.flatnonzero(arr == 10)
+            if not part.endswith(b"\n"):
+                ends = np.append(ends, len(part))
+            starts = np.concatenate(([0], ends[:-1] + 1))
+            sep_pos = np.flatnonzero(arr == sep_byte)
+            count = np.searchsorted(sep_pos, ends) - np.searchsorted(sep_pos, starts)
+            length = ends - starts
+            has_cr = np.zeros(len(ends), dtype=bool)
+            nz = length > 0
+            has_cr[nz] = arr[ends[nz] - 1] == 13
+            numbers.append(np.arange(line_no + 1, line_no + 1 + len(ends), dtype=np.int64))
+            lengths.append(length - has_cr)
+            seps.append(count)
+            line_no += len(ends)
+            if not block:
+                break
+    if not numbers:
+        return None
+    return np.concatenate(numbers), np.concatenate(lengths), np.concatenate(seps), first
+
+
+def _read_unquoted_fast(path: Path, sep: str, progress: Callable[[int], None] | None) -> RawColumns | None:
+    """The fast path for unquoted files (sacct -P): pyarrow's multi-threaded CSV parser does the splitting,
+    a numpy pass over the bytes gives every row its line number. None means: use the general path."""
+    import pyarrow.csv as pacsv
+
+    lines = _line_table(path, sep)
+    if lines is None:
+        return None
+    numbers, length, nsep, first = lines
+    if length[0] == 0:
+        return None  # blank lines before the header: the general path handles them
+    try:
+        header_text = first.decode("utf-8").rstrip("\r")
+    except UnicodeDecodeError:
+        return None
+    header = [h.strip().lstrip("\ufeff") for h in header_text.split(sep)]
+    ncols = len(header)
+    if ncols < 2:
+        return None
+    data = slice(1, None)
+    nonblank = length[data] > 0
+    valid = nonblank & (nsep[data] == ncols - 1)
+    bad = [
+        (int(n), _count_reason(int(c) + 1, ncols))
+        for n, c in zip(numbers[data][nonblank & ~valid], nsep[data][nonblank & ~valid], strict=True)
+    ]
+    names = [f"c{i}" for i in range(ncols)]
+    source: Any = _CountingFile(path, progress) if progress else str(path)
+    try:
+        table = pacsv.read_csv(
+            source,
+            read_options=pacsv.ReadOptions(column_names=names, skip_rows=1, block_size=8 << 20),
+            parse_options=pacsv.ParseOptions(
+                delimiter=sep,
+                quote_char=False,
+                escape_char=False,
+                newlines_in_values=False,
+                ignore_empty_lines=True,
+                invalid_row_handler=lambda row: "skip",
+            ),
+            convert_options=pacsv.ConvertOptions(
+                column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=False
+            ),
+        )
+    except (pa.ArrowInvalid, OSError):
+        return None  # e.g. invalid UTF-8: the general path replaces it and reports rows
+    finally:
+        if progress:
+            source.close()
+    row_lines = numbers[data][valid]
+    if table.num_rows != len(row_lines):
+        return None  # the two passes disagree about rows: trust the general path
+    return RawColumns(str(path), header, [(None, table.columns, table.num_rows)], row_lines, bad)
+
+
+def _header_fields(line: str, sep: str, quoting: bool) -> list[str]:
+    if quoting:
+        try:
+            return next(csv.reader([line], delimiter=sep))
+        except (csv.Error, StopIteration):
+            pass
+    return line.split(sep)
 
 
 def _count_reason(found: int, expected: int) -> str:
@@ -331,19 +477,31 @@ class Frame:
         return pc.if_else(ok, s, pa.scalar(None, pa.string())).cast(pa.int64())
 
     def number(self, values: pa.Array | None, what: str, *, nulls: Sequence[str] = NULL_WORDS) -> pa.Array:
-        """float64 column; a non-empty value that is not a number flags the row."""
+        """float64 column; a non-empty value that is not a finite number flags the row."""
         if values is None:
             return pa.nulls(self.n, pa.float64())
         s = self.clean(values, nulls)
         try:
             out = s.cast(pa.float64())
-            if not pc.any(pc.is_nan(out)).as_py() and not pc.any(pc.is_inf(out)).as_py():
-                return out
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            pass
-        ok = pc.fill_null(pc.match_substring_regex(s, _FLOAT_RE), False)
-        self.flag(pc.and_(pc.is_valid(s), pc.invert(ok)), f"{what}: not a number", values)
-        return pc.if_else(ok, s, pa.scalar(None, pa.string())).cast(pa.float64())
+            ok = pc.fill_null(pc.match_substring_regex(s, _FLOAT_RE), False)
+            self.flag(pc.and_(pc.is_valid(s), pc.invert(ok)), f"{what}: not a number", values)
+            out = pc.if_else(ok, s, pa.scalar(None, pa.string())).cast(pa.float64())
+        finite = pc.fill_null(pc.is_finite(out), True)
+        if not pc.all(finite).as_py():
+            self.flag(pc.invert(finite), f"{what}: not a finite number", values)
+            out = pc.if_else(finite, out, pa.scalar(None, pa.float64()))
+        return out
+
+    def whole(self, num: pa.Array, what: str, values: pa.Array | None = None) -> pa.Array:
+        """int64 from float64 counts; a fraction or a value beyond 2**53 flags the row."""
+        ok = pc.and_(pc.equal(num, pc.floor(num)), pc.less_equal(pc.abs(num), 2.0**53))
+        self.flag(
+            pc.and_(pc.is_valid(num), pc.invert(pc.fill_null(ok, False))),
+            f"{what}: not a whole number",
+            values,
+        )
+        return pc.if_else(pc.fill_null(ok, False), num, pa.scalar(None, pa.float64())).cast(pa.int64())
 
     def timestamp(
         self,
@@ -377,10 +535,14 @@ class Frame:
             parsed = parsed.cast(pa.timestamp("us", tz="UTC"))
             out = parsed if out is None else pc.coalesce(out, parsed)
         assert out is not None
-        self.flag(pc.and_(pc.is_valid(s), pc.is_null(out)), f"{what}: not a time in the expected format", values)
+        self.flag(
+            pc.and_(pc.is_valid(s), pc.is_null(out)), f"{what}: not a time in the expected format", values
+        )
         return out
 
-    def epoch(self, values: pa.Array | None, what: str, unit: str = "s", zero_is_null: bool = True) -> pa.Array:
+    def epoch(
+        self, values: pa.Array | None, what: str, unit: str = "s", zero_is_null: bool = True
+    ) -> pa.Array:
         """UTC timestamps from epoch numbers in `unit` (s, ms, us); 0 means unset unless told otherwise."""
         nums = self.number(values, what)
         if zero_is_null:
@@ -410,10 +572,14 @@ class Frame:
         vals = pa.array([mapping[k].value for k in keys], pa.string())
         mapped_d = pc.fill_null(pc.take(vals, idx), State.UNKNOWN.value)
         unknown_d = pc.is_null(idx)
-        unknown = pc.fill_null(pc.take(unknown_d, enc.indices), False).to_numpy(zero_copy_only=False) & ~self.skip
+        unknown = (
+            pc.fill_null(pc.take(unknown_d, enc.indices), False).to_numpy(zero_copy_only=False) & ~self.skip
+        )
         if unknown.any():
             seen = sorted({str(w) for w in pc.unique(words.filter(pa.array(unknown))).to_pylist()})[:5]
-            self.notes.append(f"{int(unknown.sum())} rows with an unrecognised {what} {seen} stored as UNKNOWN")
+            self.notes.append(
+                f"{int(unknown.sum())} rows with an unrecognised {what} {seen} stored as UNKNOWN"
+            )
         return pc.fill_null(pc.take(mapped_d, enc.indices), State.UNKNOWN.value)
 
     def finish(
@@ -421,6 +587,15 @@ class Frame:
     ) -> tuple[pa.Table, BadRowSink]:
         """Drop bad and skipped rows, send bad rows to the sink in line order, return the schema table."""
         sink = sink or BadRowSink(options.strict)
+        for name, col in columns.items():
+            if (
+                name in JOB_SCHEMA.names
+                and JOB_SCHEMA.field(name).type == pa.int32()
+                and col.type != pa.int32()
+            ):
+                fits = pc.and_(pc.greater_equal(col, -(2**31)), pc.less(col, 2**31))
+                self.flag(pc.invert(fits), f"{name}: value too large")
+                columns[name] = pc.if_else(fits, col, pa.scalar(None, col.type))
         bad_lines: list[tuple[int, str]] = list(self.raw.bad)
         failed = np.nonzero(self._fail >= 0)[0]
         for i in failed[: sink.keep + 1].tolist():
@@ -477,7 +652,9 @@ def first_word_upper(values: pa.Array) -> pa.Array:
 
 
 DURATION_NULLS: tuple[str, ...] = (*NULL_WORDS, "UNLIMITED", "Partition_Limit", "INVALID")
-_DURATION_RE = r"^(?:(?P<d>[0-9]+)-)?(?P<a>[0-9]+)(?::(?P<b>[0-9]+))?(?::(?P<c>[0-9]+(?:\.[0-9]+)?))?$"
+_DURATION_RE = (
+    r"^(?:(?P<d>[0-9]{1,6})-)?(?P<a>[0-9]{1,9})(?::(?P<b>[0-9]{1,9}))?(?::(?P<c>[0-9]{1,9}(?:\.[0-9]+)?))?$"
+)
 
 
 def _durations(s: pa.Array) -> tuple[pa.Array, pa.Array]:

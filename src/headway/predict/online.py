@@ -1,0 +1,181 @@
+"""The predictor driven by a clock (the simulator's virtual one, or the wall clock of a live queue).
+
+It implements `headway.predict.api.OnlinePredictor`: callers report ends with `observe_end` and ask for
+predictions with `predict(jobs, now)`. Ends are held back until the clock has passed them, so a job only
+ever sees jobs that ended strictly before `now`, whatever order the caller reports things in. Each job's
+feature row is taken when it is first asked about and kept: that row, with the outcome learnt at its end,
+becomes a training example, so the model is trained on exactly what it was served.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from headway.predict.api import EndedJob, Predictions, SubmittedJob
+from headway.predict.features import (
+    CATEGORICAL_FEATURES,
+    HISTORY_FEATURES,
+    FeatureFrame,
+    RollingState,
+    request_features,
+)
+from headway.predict.model import Predictor, TrainConfig, fallback_predictions
+
+ONLINE_CONFIG = TrainConfig(rounds=150, quantile_rounds=100, early_stopping=20, max_rows=100_000)
+
+
+@dataclass(slots=True)
+class _Row:
+    hist: tuple[float, ...]
+    cats: tuple[str | None, ...]
+
+
+@dataclass(slots=True)
+class _History:
+    """Training examples collected online: the served feature row and what happened."""
+
+    hist: list[tuple[float, ...]] = field(default_factory=list)
+    cats: list[tuple[str | None, ...]] = field(default_factory=list)
+    jobs: list[SubmittedJob] = field(default_factory=list)
+    start: list[float] = field(default_factory=list)
+    end: list[float] = field(default_factory=list)
+    state: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def frame(self, keep: int) -> FeatureFrame:
+        sl = slice(max(0, len(self) - keep), len(self))
+        jobs = self.jobs[sl]
+        obj = lambda xs: np.asarray(list(xs), dtype=object)  # noqa: E731
+        submit = np.array([j.submit_time for j in jobs], dtype=np.float64)
+        tl = np.array([np.nan if j.time_limit is None else j.time_limit for j in jobs], dtype=np.float64)
+        gpus = np.array([j.gpus for j in jobs], dtype=np.float64)
+        nodes = np.array([j.nodes for j in jobs], dtype=np.float64)
+        h = np.array(self.hist[sl], dtype=np.float64).reshape(len(jobs), len(HISTORY_FEATURES))
+        cats = list(zip(*self.cats[sl], strict=True)) if jobs else [()] * len(CATEGORICAL_FEATURES)
+        return FeatureFrame(
+            X=np.hstack([h, request_features(gpus, nodes, tl, submit)]),
+            cats={name: obj(col) for name, col in zip(CATEGORICAL_FEATURES, cats, strict=True)},
+            job_id=obj(j.job_id for j in jobs),
+            user=obj(j.user for j in jobs),
+            name=obj(j.name for j in jobs),
+            submit=submit,
+            start=np.array(self.start[sl], dtype=np.float64),
+            end=np.array(self.end[sl], dtype=np.float64),
+            state=obj(self.state[sl]),
+            time_limit=tl,
+            gpus=gpus,
+        )
+
+
+class OnlinePredictor:
+    """Causal predictions with rolling state, cold-start fallbacks and periodic retraining."""
+
+    def __init__(
+        self,
+        model: Predictor | None = None,
+        *,
+        retrain_every: int = 2000,
+        retrain_interval_s: float = 86400.0,
+        min_train_jobs: int = 200,
+        min_new_jobs: int = 50,
+        config: TrainConfig = ONLINE_CONFIG,
+    ) -> None:
+        self.model = model
+        self.retrain_every = retrain_every
+        self.retrain_interval_s = retrain_interval_s
+        self.min_train_jobs = min_train_jobs
+        self.min_new_jobs = min_new_jobs
+        self.config = config
+        self.state = RollingState()
+        self.trainings = 0
+        self._rows: dict[str, _Row] = {}
+        self._ends: list[tuple[float, int, EndedJob]] = []  # ends reported but not yet in the past
+        self._seq = 0
+        self._history = _History()
+        self._new_since_train = 0
+        self._last_train: float | None = None
+        self._now = -np.inf
+
+    # -- api.OnlinePredictor -------------------------------------------------------------------------
+    def observe_end(self, ended: EndedJob) -> None:
+        """Queue one job's end; it reaches the rolling state once the clock is strictly past it."""
+        heapq.heappush(self._ends, (ended.end_time, self._seq, ended))
+        self._seq += 1
+
+    def predict(self, jobs: Sequence[SubmittedJob], now: float) -> Predictions:
+        self._advance(now)
+        if not jobs:
+            empty = np.zeros(0)
+            return Predictions(empty, empty, empty, empty)
+        X, cats, tl = self._matrix(jobs)
+        if self.model is None:
+            return fallback_predictions(X, tl)
+        return self.model.predict_design(self.model.design(X, cats), tl)
+
+    def maybe_retrain(self, now: float) -> bool:
+        """Retrain when `retrain_every` jobs ended, or a day passed with some new ends, since the last time."""
+        self._advance(now)
+        due_count = self._new_since_train >= self.retrain_every
+        due_time = (
+            self._last_train is None or now - self._last_train >= self.retrain_interval_s
+        ) and self._new_since_train >= self.min_new_jobs
+        if not (due_count or due_time) or len(self._history) < self.min_train_jobs:
+            return False
+        frame = self._history.frame(self.config.max_rows)
+        if frame.success.all() or not frame.success.any():
+            return False
+        self.model = Predictor.fit(frame, np.arange(len(frame)), self.config)
+        self.trainings += 1
+        self._new_since_train = 0
+        self._last_train = now
+        return True
+
+    # -- internals -----------------------------------------------------------------------------------
+    def _advance(self, now: float) -> None:
+        self._now = max(self._now, now)
+        while self._ends and self._ends[0][0] < self._now:
+            _, _, e = heapq.heappop(self._ends)
+            j = e.job
+            row = self._rows.pop(j.job_id, None) or self._row(j)
+            self.state.observe_end(j.user, j.group, j.name, j.gpus, e.start_time, e.end_time, e.state)
+            h = self._history
+            h.hist.append(row.hist)
+            h.cats.append(row.cats)
+            h.jobs.append(j)
+            h.start.append(e.start_time)
+            h.end.append(e.end_time)
+            h.state.append(e.state)
+            self._new_since_train += 1
+
+    def _row(self, j: SubmittedJob) -> _Row:
+        hist = self.state.row(j.user, j.group, j.name, j.gpus, j.submit_time)
+        return _Row(hist, (j.partition, j.priority_class, j.group))
+
+    def _matrix(
+        self, jobs: Sequence[SubmittedJob]
+    ) -> tuple[npt.NDArray[np.float64], dict[str, npt.NDArray[np.object_]], npt.NDArray[np.float64]]:
+        rows = []
+        for j in jobs:
+            r = self._rows.get(j.job_id)
+            if r is None:
+                r = self._rows[j.job_id] = self._row(j)
+            rows.append(r)
+        n = len(jobs)
+        h = np.array([r.hist for r in rows], dtype=np.float64).reshape(n, len(HISTORY_FEATURES))
+        submit = np.fromiter((j.submit_time for j in jobs), np.float64, n)
+        gpus = np.fromiter((j.gpus for j in jobs), np.float64, n)
+        nodes = np.fromiter((j.nodes for j in jobs), np.float64, n)
+        tl = np.fromiter((np.nan if j.time_limit is None else j.time_limit for j in jobs), np.float64, n)
+        X = np.hstack([h, request_features(gpus, nodes, tl, submit)])
+        cats = {
+            name: np.fromiter((r.cats[k] for r in rows), object, n)
+            for k, name in enumerate(CATEGORICAL_FEATURES)
+        }
+        return X, cats, tl

@@ -1,0 +1,242 @@
+"""The event engine: ordering of same-instant events, truth hidden from policies, load, exclusions."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from test_engine_helpers import FixedPredictor, MeanPredictor, make_jobs
+
+from headway.policy import POLICIES, get_policy
+from headway.policy.policies import Fifo
+from headway.policy.snapshot import Decision, PendingJobs, RunningJobs, Snapshot
+from headway.sim.cluster import ClusterSpec
+from headway.sim.engine import EngineOptions
+from headway.sim.result import JOB_COLUMNS, TIMELINE_COLUMNS
+from headway.sim.run import CPU_ONLY, NEVER_RAN, TOO_BIG, run_simulation
+
+
+def rows_random(n: int, seed: int) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    t = 0.0
+    for i in range(n):
+        t += float(rng.exponential(300))
+        out.append(
+            {
+                "submit": t,
+                "runtime": float(rng.lognormal(7, 1.5)),
+                "gpus": float(rng.choice([1, 1, 2, 4, 8, 16])),
+                "user": f"u{rng.integers(4)}",
+                "name": f"n{rng.integers(6)}",
+                "state": str(rng.choice(["COMPLETED", "FAILED", "CANCELLED"])),
+                "time_limit": None if i % 3 else 10**6,
+            }
+        )
+    return out
+
+
+SPEC = ClusterSpec.from_flags(4, 8, 2)
+
+
+def by_id(res: Any) -> dict[str, dict[str, Any]]:
+    return {r["job_id"]: r for r in res.jobs.to_pylist()}
+
+
+def test_result_has_the_contract_columns_and_every_job_ends_in_its_recorded_state() -> None:
+    t = make_jobs(rows_random(200, 1))
+    for name in POLICIES:
+        res = run_simulation(t, SPEC, policy=name, predictor_factory=MeanPredictor)
+        assert tuple(res.jobs.column_names) == JOB_COLUMNS
+        assert tuple(res.timeline.column_names) == TIMELINE_COLUMNS
+        assert res.jobs.num_rows == 200 and res.policy == name
+        j = res.jobs.to_pandas()
+        assert j["start"].notna().all() and (j["start"] >= j["submit"] - 1e-9).all()
+        assert j["state"].tolist() == t.column("state").to_pylist()
+        served = j["end"] - j["start"]
+        if name != "las":  # no preemption: a job runs exactly its recorded runtime
+            assert np.allclose(served, j["runtime"])
+        else:
+            assert (served >= j["runtime"] - 1e-6).all()
+        tl = res.timeline.to_pandas()
+        assert (tl["busy_gpus"] <= SPEC.capacity_gpus + 1e-9).all()
+        assert (np.diff(tl["t"]) >= 0).all()
+        assert tl["completed_total"].iloc[-1] == (j["state"] == "COMPLETED").sum()
+
+
+def test_same_seed_gives_the_same_result() -> None:
+    t = make_jobs(rows_random(300, 2))
+    for name in ("impact", "las", "multifactor"):
+        a = run_simulation(t, SPEC, policy=name, seed=3, predictor_factory=MeanPredictor)
+        b = run_simulation(t, SPEC, policy=name, seed=3, predictor_factory=MeanPredictor)
+        assert a.jobs.equals(b.jobs) and a.timeline.equals(b.timeline)
+
+
+def test_an_end_frees_its_gpus_for_an_arrival_at_the_same_instant() -> None:
+    t = make_jobs([{"submit": 0, "runtime": 100, "gpus": 8}, {"submit": 100, "runtime": 10, "gpus": 8}])
+    res = run_simulation(t, ClusterSpec.from_flags(1, 8), policy="fifo", predictor_factory=MeanPredictor)
+    assert by_id(res)["j1"]["start"] == 100.0
+
+
+def test_time_moves_by_events_not_ticks() -> None:
+    # Two jobs a year apart cost a handful of events, not 31 million ticks.
+    t = make_jobs([{"submit": 0, "runtime": 10}, {"submit": 365 * 86400, "runtime": 10}])
+    res = run_simulation(t, SPEC, policy="fifo", predictor_factory=MeanPredictor)
+    assert res.events <= 6 and by_id(res)["j1"]["start"] == 365 * 86400
+
+
+def test_policies_never_see_true_runtime_or_outcome() -> None:
+    seen: list[Snapshot] = []
+
+    @dataclasses.dataclass(frozen=True)
+    class Spy(Fifo):
+        def decide(self, snap: Snapshot) -> Decision:
+            seen.append(snap)
+            return super().decide(snap)
+
+    rows = rows_random(50, 3)
+    t = make_jobs(rows)
+    table = {f"j{i}": (0.5, 111.0, 22.0) for i in range(50)}
+    import headway.sim.run as run_mod
+
+    orig = run_mod.get_policy
+    run_mod.get_policy = lambda *a, **k: Spy()  # type: ignore[assignment]
+    try:
+        run_simulation(t, SPEC, policy="fifo", predictor_factory=lambda: FixedPredictor(table))
+    finally:
+        run_mod.get_policy = orig
+    assert seen
+    truth = {round(r["runtime"], 6) for r in rows}
+    for s in seen:
+        assert s.pending.oracle_runtime is None
+        for arr in (s.pending.runtime, s.pending.runtime_p90, s.running.runtime):
+            assert not {round(float(x), 6) for x in arr} & truth
+    names = {f.name for f in dataclasses.fields(PendingJobs)} | {f.name for f in dataclasses.fields(RunningJobs)}
+    assert not names & {"state", "outcome", "end", "true_runtime", "exit_code"}
+
+
+def test_oracle_policy_gets_the_true_runtimes() -> None:
+    rows = [{"submit": 0, "runtime": 1000, "gpus": 8}, {"submit": 1, "runtime": 500, "gpus": 8},
+            {"submit": 2, "runtime": 10, "gpus": 8}]
+    res = run_simulation(make_jobs(rows), ClusterSpec.from_flags(1, 8), policy="sjf-oracle",
+                         predictor_factory=MeanPredictor)
+    j = by_id(res)
+    assert j["j2"]["start"] == 1000 and j["j1"]["start"] == 1010
+
+
+def test_predictor_is_fed_causally_and_retrained_daily() -> None:
+    made: list[MeanPredictor] = []
+
+    def factory() -> MeanPredictor:
+        made.append(MeanPredictor())
+        return made[-1]
+
+    rows = [{"submit": i * 3600, "runtime": 1800, "state": "COMPLETED" if i % 2 else "FAILED"} for i in range(72)]
+    res = run_simulation(make_jobs(rows), SPEC, policy="impact", predictor_factory=factory)
+    pred = made[0]
+    assert len(pred.ended) == 72
+    assert pred.retrains in (2, 3)  # simulated days 1 and 2 (and the end of day 3)
+    p = res.jobs.column("p_success").to_numpy()
+    assert p[0] == pytest.approx(0.5) and not np.isnan(p).any()
+    assert p[-1] == pytest.approx((35 + 1) / (71 + 2))  # from the 71 jobs ended before it
+
+
+def test_load_rescales_interarrival_times() -> None:
+    rows = [{"submit": i * 1000, "runtime": 2000, "gpus": 4} for i in range(50)]
+    t = make_jobs(rows)
+    spec = ClusterSpec.from_flags(1, 8)
+    res = run_simulation(t, spec, policy="fifo", predictor_factory=MeanPredictor)
+    nat = res.natural_load
+    assert nat == pytest.approx(50 * 4 * 2000 / (8 * 49 * 1000))
+    res2 = run_simulation(t, spec, policy="fifo", load=2 * nat, predictor_factory=MeanPredictor)
+    sub = res2.jobs.column("submit").to_numpy()
+    assert res2.load == pytest.approx(2 * nat) and sub[-1] == pytest.approx(49 * 1000 / 2)
+    with pytest.raises(ValueError, match="load"):
+        run_simulation(t, spec, policy="fifo", load=-1, predictor_factory=MeanPredictor)
+
+
+def test_too_big_never_ran_and_cpu_only_jobs_are_reported_not_dropped_silently() -> None:
+    rows = [{"submit": 0, "gpus": 64, "job_id": "huge"}, {"submit": 1, "gpus": 0, "job_id": "cpu"},
+            {"submit": 2, "gpus": 1, "job_id": "ok"}]
+    recs = make_jobs(rows).to_pylist()
+    recs.append({**recs[2], "job_id": "never", "start_time": None})
+    t = pa.Table.from_pylist(recs, schema=make_jobs(rows).schema)
+    res = run_simulation(t, SPEC, policy="fifo", predictor_factory=MeanPredictor)
+    assert res.jobs.column("job_id").to_pylist() == ["ok"]
+    assert res.excluded_counts == {TOO_BIG: 1, CPU_ONLY: 1, NEVER_RAN: 1}
+    assert res.excluded[0].startswith("huge: needs 64 GPUs")
+    res2 = run_simulation(t, SPEC, policy="fifo", include_cpu=True, predictor_factory=MeanPredictor)
+    assert sorted(res2.jobs.column("job_id").to_pylist()) == ["cpu", "ok"]
+    assert by_id(res2)["cpu"]["start"] == by_id(res2)["cpu"]["submit"]
+
+
+def test_explain_records_each_pass_for_the_jobs_asked_about() -> None:
+    rows = [{"submit": 0, "runtime": 1000, "gpus": 8}, {"submit": 1, "runtime": 10, "gpus": 8},
+            {"submit": 2, "runtime": 10, "gpus": 8}]
+    res = run_simulation(make_jobs(rows), ClusterSpec.from_flags(1, 8), policy="multifactor",
+                         explain={"j2"}, predictor_factory=MeanPredictor)
+    recs = res.explain["j2"]
+    assert set(res.explain) == {"j2"} and recs
+    assert recs[0].t == 2 and recs[0].of == 2 and recs[0].rank == 2
+    assert "age=" in recs[0].reason and recs[-1].reason.endswith("started")
+
+
+def test_fragmentation_counts_free_gpus_only_while_a_fitting_job_cannot_be_placed() -> None:
+    # Two 4-GPU nodes reach free = [4, 3]; a 1-GPU job then goes to node 0 under first-fit (leaving
+    # [3, 3]: a 4-GPU job fits the count but no node) and to node 1 under topology (leaving [4, 2]).
+    rows = [
+        {"submit": 0, "runtime": 10, "gpus": 4, "job_id": "a"},
+        {"submit": 0, "runtime": 10_000, "gpus": 1, "job_id": "b"},
+        {"submit": 30, "runtime": 10_000, "gpus": 1, "job_id": "d"},
+        {"submit": 40, "runtime": 10, "gpus": 4, "job_id": "e"},
+    ]
+    spec = ClusterSpec.from_flags(2, 4)
+    ff = run_simulation(make_jobs(rows), spec, policy="fifo", placement="first-fit", predictor_factory=MeanPredictor)
+    topo = run_simulation(make_jobs(rows), spec, policy="fifo", placement="topology", predictor_factory=MeanPredictor)
+    assert by_id(topo)["e"]["start"] == 40 and topo.timeline.column("frag_free_gpus").to_numpy().max() == 0
+    assert by_id(ff)["e"]["start"] == 10_000
+    tl = ff.timeline.to_pandas()
+    waiting = tl[(tl["t"] >= 40) & (tl["t"] < 10_000)]
+    assert len(waiting) and (waiting["frag_free_gpus"] == 6).all()
+
+
+def test_las_preempts_and_restarts_with_a_penalty() -> None:
+    rows = [{"submit": 0, "runtime": 100_000, "gpus": 8, "job_id": "hog"},
+            {"submit": 50_000, "runtime": 100, "gpus": 8, "job_id": "small"}]
+    res = run_simulation(make_jobs(rows), ClusterSpec.from_flags(1, 8), policy="las",
+                         predictor_factory=MeanPredictor, engine_options=EngineOptions(validate=True))
+    j = by_id(res)
+    assert j["small"]["start"] == 50_000 and j["small"]["end"] == 50_100
+    assert j["hog"]["preemptions"] == 1 and j["hog"]["restarts"] == 1
+    assert j["hog"]["end"] == pytest.approx(100_000 + 100 + get_policy("las").restart_penalty_s)
+
+
+def test_easy_backfill_never_delays_the_reservation_with_exact_time_limits() -> None:
+    rng = np.random.default_rng(5)
+    rows = []
+    t = 0.0
+    for _ in range(300):
+        t += float(rng.exponential(120))
+        rt = float(rng.integers(60, 5000))
+        rows.append({"submit": t, "runtime": rt, "time_limit": int(math.ceil(rt)),
+                     "gpus": float(rng.choice([1, 2, 4, 8, 16, 24])), "user": "u"})
+    # One user, one partition: multifactor orders by age (+size), so the reservation holder is stable.
+    res = run_simulation(make_jobs(rows), ClusterSpec.from_flags(4, 8, 2), policy="multifactor",
+                         predictor_factory=MeanPredictor,
+                         engine_options=EngineOptions(log_decisions=True, validate=True))
+    start = {r["job_id"]: r["start"] for r in res.jobs.to_pylist()}
+    first_promise: dict[str, float] = {}
+    backfilled = 0
+    for d in res.decisions:
+        backfilled += sum(s.backfill for s in d.start)
+        r = d.reservation
+        if r is not None and math.isfinite(r.start):
+            first_promise.setdefault(r.job_id, r.start)
+            assert r.start <= first_promise[r.job_id] + 1e-6
+    assert backfilled > 0 and first_promise
+    for jid, promised in first_promise.items():
+        assert start[jid] <= promised + 1e-6

@@ -1,0 +1,107 @@
+"""Ordering: with the GPU busy, jobs of users with good and bad histories start in impact order under
+`--policy impact`, and in submit order under `--policy fifo`. The histories are ingested into the job
+store the daemon's predictor learns from, as a server's past would be."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import pwd
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from headway.schema import JobRecord, State, records_to_table
+from headway.store import JobStore
+from test_local_support import DaemonProc, start_daemon, wait_until
+
+__all__ = ["start_daemon"]
+
+GOOD, BAD = "good-exp", "bad-exp"
+
+
+def _seed_history(store: Path, user: str) -> None:
+    """300 past jobs of `user`: `good-exp` nearly always completes, `bad-exp` nearly always fails."""
+    t0 = dt.datetime.now(dt.UTC) - dt.timedelta(days=3)
+    recs = []
+    for i in range(300):
+        name = GOOD if i % 2 == 0 else BAD
+        ok = (i % 20 != 0) if name == GOOD else (i % 20 == 1)
+        submit = t0 + dt.timedelta(minutes=10 * i)
+        start = submit + dt.timedelta(minutes=1)
+        runtime = dt.timedelta(minutes=10) if ok else dt.timedelta(minutes=6)
+        recs.append(
+            JobRecord(
+                f"h{i}",
+                State.COMPLETED if ok else State.FAILED,
+                "past",
+                user=user,
+                name=name,
+                submit_time=submit,
+                start_time=start,
+                end_time=start + runtime,
+                gpus=1.0,
+                time_limit=3600,
+            )
+        )
+    with JobStore(store) as s:
+        s.upsert(records_to_table(recs))
+
+
+def _start_order(d: DaemonProc, ids: list[int]) -> list[int]:
+    hist = {j["id"]: j for j in d.ask({"op": "history", "limit": 1000})["jobs"]}
+    return sorted(ids, key=lambda i: hist[i]["start_ts"])
+
+
+@pytest.mark.parametrize("policy", ["impact", "fifo"])
+def test_queue_starts_jobs_in_impact_order_or_submit_order_under_fifo(
+    start_daemon: Callable[..., DaemonProc], tmp_path: Path, policy: str
+) -> None:
+    me = pwd.getpwuid(os.getuid()).pw_name
+    store = tmp_path / "history.duckdb"
+    _seed_history(store, me)
+    d = start_daemon("--policy", policy, "--db", str(store), gpus="1")
+    blocker = d.submit(["sleep", "60"], name="blocker")
+    wait_until(lambda: d.ask({"op": "queue"})["jobs"][0]["state"] == "RUNNING", 20, "the blocker to run")
+    names = [BAD, GOOD, BAD, GOOD, BAD, GOOD]
+    ids = [d.submit(["sleep", "0.1"], name=n, time_limit=3600) for n in names]
+    by_id = dict(zip(ids, names, strict=True))
+    wait_until(
+        lambda: all(j["p_success"] is not None for j in d.ask({"op": "queue"})["jobs"][1:]), 20, "predictions"
+    )
+    queue = d.ask({"op": "queue"})["jobs"]
+    p = {j["id"]: j["p_success"] for j in queue}
+    # The predictor learnt the histories: good-exp is likelier to complete than bad-exp.
+    assert min(p[i] for i in ids if by_id[i] == GOOD) > max(p[i] for i in ids if by_id[i] == BAD)
+    d.ask({"op": "cancel", "id": blocker})
+    wait_until(lambda: len(d.ask({"op": "history", "limit": 1000})["jobs"]) == 7, 30, "all jobs to end")
+    order = _start_order(d, ids)
+    if policy == "fifo":
+        assert order == ids
+    else:
+        assert [by_id[i] for i in order] == [GOOD] * 3 + [BAD] * 3
+        # Within a class the order is still the submit order (equal impact).
+        assert [i for i in order if by_id[i] == GOOD] == [i for i in ids if by_id[i] == GOOD]
+    # `why` explains the waiting job's place with the impact factors.
+    why = d.ask({"op": "why", "id": ids[0]})
+    assert why["job"]["state"] == "COMPLETED" and why["decision_id"] is not None
+
+
+def test_why_tells_a_pending_job_its_rank_factors_and_estimated_start(
+    start_daemon: Callable[..., DaemonProc], tmp_path: Path
+) -> None:
+    me = pwd.getpwuid(os.getuid()).pw_name
+    store = tmp_path / "history.duckdb"
+    _seed_history(store, me)
+    d = start_daemon("--db", str(store), gpus="1")
+    d.submit(["sleep", "60"], name=GOOD, time_limit=120)
+    bad = d.submit(["true"], name=BAD, time_limit=3600)
+    good = d.submit(["true"], name=GOOD, time_limit=3600)
+    wait_until(lambda: d.ask({"op": "why", "id": bad}).get("rank") == 2, 20, "the ranking")
+    w = d.ask({"op": "why", "id": bad})
+    assert w["of"] == 2 and w["policy"] == "impact"
+    assert set(w["factors"]) >= {"p", "c_gpu_h", "w", "fairshare"}
+    text = "\n".join(w["explanation"])
+    assert "rank 2 of 2" in text and "chance to complete" in text and f"ranked ahead of it: {good}" in text
+    assert w["estimated_start"] is not None

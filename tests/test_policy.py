@@ -1,0 +1,286 @@
+"""Each policy's ordering on tiny hand-made snapshots, and the shared decide loop's contract."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from headway.policy import POLICIES, get_policy
+from headway.policy.policies import Impact, Las, Multifactor, fairshare
+from headway.policy.snapshot import ClusterView, PendingJobs, RunningJobs, Snapshot
+
+HOUR = 3600.0
+
+
+def pending(rows: Sequence[dict[str, Any]], oracle: bool = False) -> PendingJobs:
+    def col(name: str, default: Any, dtype: Any = np.float64) -> np.ndarray:
+        return np.array([r.get(name, default) for r in rows], dtype=dtype)
+
+    n = len(rows)
+    return PendingJobs(
+        key=np.arange(n, dtype=np.int64),
+        job_id=np.array([r.get("id", f"j{i}") for i, r in enumerate(rows)], dtype=object),
+        user=col("user", 0, np.int64),
+        klass=col("klass", 0, np.int64),
+        submit=col("submit", 0.0),
+        gpus=col("gpus", 1.0),
+        max_nodes=col("max_nodes", 1, np.int64),
+        time_limit=col("time_limit", math.nan),
+        p_success=col("p", 0.5),
+        runtime=col("R", HOUR),
+        runtime_p90=col("R", HOUR) * 2,
+        time_to_failure=col("F", 600.0),
+        attained=col("attained", 0.0),
+        last_stop=col("last_stop", 0.0) if rows and "last_stop" in rows[0] else col("submit", 0.0),
+        fail_streak=col("streak", 0, np.int64),
+        oracle_runtime=col("true", HOUR) if oracle else None,
+    )
+
+
+def running(rows: Sequence[dict[str, Any]]) -> RunningJobs:
+    def col(name: str, default: Any, dtype: Any = np.float64) -> np.ndarray:
+        return np.array([r.get(name, default) for r in rows], dtype=dtype)
+
+    n = len(rows)
+    return RunningJobs(
+        key=np.arange(100, 100 + n, dtype=np.int64),
+        job_id=np.array([f"r{i}" for i in range(n)], dtype=object),
+        user=col("user", 0, np.int64),
+        klass=col("klass", 0, np.int64),
+        gpus=col("gpus", 1.0),
+        start=col("start", 0.0),
+        time_limit=col("time_limit", math.nan),
+        runtime=col("R", HOUR),
+        runtime_p90=col("R", HOUR) * 2,
+        attained=col("attained", 0.0),
+        preemptible=np.ones(n, dtype=bool),
+    )
+
+
+def cluster(free: Sequence[int], gpn: int = 8, owners: dict[tuple[int, int], int] | None = None) -> ClusterView:
+    f = np.array(free, dtype=np.int64)
+    share = np.where(np.arange(gpn)[None, :] < f[:, None], 1000, 0).astype(np.int64)
+    owner = np.where(share == 1000, -1, -2).astype(np.int64)
+    for (nd, gi), pos in (owners or {}).items():
+        owner[nd, gi] = pos
+    return ClusterView(share, f, owner, np.full(len(f), gpn, dtype=np.int64), np.zeros(len(f), np.int64), 1)
+
+
+def snapshot(
+    p: PendingJobs,
+    free: Sequence[int] = (0,),
+    *,
+    now: float = 10 * HOUR,
+    r: RunningJobs | None = None,
+    usage: Sequence[float] = (0.0, 0.0, 0.0),
+    classes: Sequence[str] = ("normal",),
+    view: ClusterView | None = None,
+) -> Snapshot:
+    n_users = len(usage)
+    return Snapshot(
+        now=now,
+        seq=7,
+        pending=p,
+        running=r if r is not None else running([]),
+        cluster=view if view is not None else cluster(free),
+        users=[f"u{i}" for i in range(n_users)],
+        classes=list(classes),
+        usage=np.array(usage, dtype=np.float64),
+        shares=np.full(n_users, 1.0 / n_users),
+    )
+
+
+def order_ids(policy: str, snap: Snapshot, **kw: Any) -> list[str]:
+    rk = get_policy(policy, **kw).rank(snap)
+    return [str(snap.pending.job_id[i]) for i in rk.order]
+
+
+def test_fifo_orders_by_submit_time() -> None:
+    s = snapshot(pending([{"id": "b", "submit": 20}, {"id": "a", "submit": 10}, {"id": "c", "submit": 30}]))
+    assert order_ids("fifo", s) == ["a", "b", "c"]
+
+
+def test_sjf_oracle_orders_by_true_runtime_and_needs_the_truth() -> None:
+    rows = [{"id": "long", "true": 9 * HOUR, "R": 1}, {"id": "short", "true": 60, "R": 99 * HOUR}]
+    assert order_ids("sjf-oracle", snapshot(pending(rows, oracle=True))) == ["short", "long"]
+    with pytest.raises(ValueError, match="true runtimes"):
+        get_policy("sjf-oracle").rank(snapshot(pending(rows)))
+    assert "oracle" in POLICIES["sjf-oracle"].name and POLICIES["sjf-oracle"].oracle
+    assert not any(c.oracle for n, c in POLICIES.items() if "oracle" not in n)
+
+
+def test_qssf_orders_by_predicted_gpu_time() -> None:
+    rows = [
+        {"id": "big", "gpus": 8, "R": 1 * HOUR, "F": 1 * HOUR},  # 8 GPU-h
+        {"id": "long", "gpus": 1, "R": 4 * HOUR, "F": 4 * HOUR},  # 4 GPU-h
+        {"id": "tiny", "gpus": 2, "R": 0.5 * HOUR, "F": 0.5 * HOUR},  # 1 GPU-h
+    ]
+    assert order_ids("qssf", snapshot(pending(rows))) == ["tiny", "long", "big"]
+
+
+def test_las_puts_less_attained_service_first_and_fifo_within_a_queue() -> None:
+    rows = [
+        {"id": "served", "attained": 5 * HOUR, "submit": 0, "last_stop": 9.9 * HOUR},
+        {"id": "new2", "submit": 200},
+        {"id": "new1", "submit": 100},
+        {"id": "heavy", "attained": 50 * HOUR, "submit": 0, "last_stop": 9.9 * HOUR},
+    ]
+    assert order_ids("las", snapshot(pending(rows))) == ["new1", "new2", "served", "heavy"]
+
+
+def test_las_promotes_a_job_that_waited_long_against_its_executed_time() -> None:
+    rows = [{"id": "old", "attained": 2 * HOUR, "gpus": 1, "submit": 0, "last_stop": 0}, {"id": "new", "submit": 5}]
+    # waited 10 h >= 8 x 2 h executed? no (16 h needed): stays in queue 1
+    assert order_ids("las", snapshot(pending(rows), now=10 * HOUR)) == ["new", "old"]
+    assert order_ids("las", snapshot(pending(rows), now=17 * HOUR)) == ["old", "new"]
+
+
+def test_multifactor_weights_age_fairshare_and_size_like_slurm() -> None:
+    mf = Multifactor()
+    rows = [
+        {"id": "heavy-user", "user": 0, "submit": 0},
+        {"id": "light-user", "user": 1, "submit": 0},
+    ]
+    s = snapshot(pending(rows), usage=[100.0, 0.0, 0.0])
+    assert order_ids("multifactor", s) == ["light-user", "heavy-user"]
+    tier, score, f = mf.scores(s)
+    fs = fairshare(s)
+    assert score[1] == pytest.approx(mf.w_age * f["age"][1] + mf.w_fairshare * fs[1] + mf.w_size * f["size"][1])
+    # Same user: the older job first (age), then the larger one (PriorityFavorSmall=NO).
+    rows2 = [{"id": "young", "submit": 9 * HOUR}, {"id": "old", "submit": 0}]
+    assert order_ids("multifactor", snapshot(pending(rows2))) == ["old", "young"]
+    rows3 = [{"id": "small", "gpus": 1}, {"id": "big", "gpus": 8}]
+    assert order_ids("multifactor", snapshot(pending(rows3), free=[8, 8])) == ["big", "small"]
+
+
+def test_impact_is_smiths_rule_on_expected_successful_work() -> None:
+    rows = [
+        {"id": "likely-fail", "p": 0.1, "R": 1 * HOUR, "F": 0.5 * HOUR},
+        {"id": "sure-short", "p": 0.9, "R": 1 * HOUR, "F": 0.5 * HOUR},
+        {"id": "sure-long", "p": 0.9, "R": 10 * HOUR, "F": 0.5 * HOUR},
+        {"id": "sure-short-8gpu", "p": 0.9, "R": 1 * HOUR, "F": 0.5 * HOUR, "gpus": 8},
+    ]
+    s = snapshot(pending(rows))
+    # p / c: 0.9/0.95, 0.1/0.55, 0.9/(8 x 0.95), 0.9/9.05 (a likely failure is cheap, so it is not last)
+    assert order_ids("impact", s) == ["sure-short", "likely-fail", "sure-short-8gpu", "sure-long"]
+    tier, score, f = Impact().scores(s)
+    c = 1 * (0.9 * 1 + 0.1 * 0.5)
+    assert score[1] == pytest.approx(0.9 / c) and f["c_gpu_h"][1] == pytest.approx(c)
+
+
+def test_impact_fairshare_and_class_weight_shift_the_order() -> None:
+    rows = [{"id": "heavy", "user": 0}, {"id": "light", "user": 1}]
+    assert order_ids("impact", snapshot(pending(rows), usage=[50.0, 1.0, 0.0])) == ["light", "heavy"]
+    rows2 = [{"id": "normal", "klass": 0, "R": 1 * HOUR}, {"id": "urgent", "klass": 1, "R": 3 * HOUR}]
+    s = snapshot(pending(rows2), classes=("normal", "urgent"))
+    assert order_ids("impact", s) == ["urgent", "normal"]
+
+
+def test_impact_starved_jobs_go_first_oldest_deadline_first_and_held_jobs_last() -> None:
+    rows = [
+        {"id": "great", "p": 0.99, "R": 60, "submit": 9 * HOUR},
+        {"id": "starved-late", "p": 0.01, "R": 99 * HOUR, "submit": 0.5 * HOUR},
+        {"id": "starved-early", "p": 0.01, "R": 99 * HOUR, "submit": 0},
+        {"id": "repeat-failer", "p": 0.99, "R": 60, "submit": 9 * HOUR, "streak": 3},
+        {"id": "ok", "p": 0.5, "R": HOUR, "submit": 9 * HOUR},
+    ]
+    s = snapshot(pending(rows), now=30 * HOUR)  # normal max_wait is 24 h
+    assert order_ids("impact", s) == ["starved-early", "starved-late", "great", "ok", "repeat-failer"]
+    rk = get_policy("impact").rank(s)
+    assert "starved" in rk.reason(2) and "held" in rk.reason(3)
+    assert len(rk.reasons()) == 5
+
+
+def test_held_job_still_runs_when_nothing_else_wants_the_gpus() -> None:
+    rows = [{"id": "repeat-failer", "streak": 5}, {"id": "big", "gpus": 8, "p": 0.9}]
+    dec = get_policy("impact").decide(snapshot(pending(rows), free=[8, 1]))
+    assert sorted(s.job_id for s in dec.start) == ["big", "repeat-failer"]
+
+
+def test_decide_returns_a_deterministic_id_and_places_gangs() -> None:
+    rows = [{"id": "a", "gpus": 4}, {"id": "b", "gpus": 4}, {"id": "c", "gpus": 8, "submit": 5}]
+    s = snapshot(pending(rows), free=[8, 4])
+    d1 = get_policy("fifo").decide(s)
+    d2 = get_policy("fifo").decide(s)
+    assert d1.id == d2.id == "fifo-7" and d1 == d2
+    assert [x.job_id for x in d1.start] == ["a", "b"]  # c (8 GPUs) cannot fit on what is left
+    used = {}
+    for st in d1.start:
+        for nd, c in zip(st.alloc.nodes, st.alloc.counts, strict=True):
+            used[nd] = used.get(nd, 0) + c
+    assert all(used[n] <= [8, 4][n] for n in used)
+
+
+def test_decide_does_not_mutate_the_snapshot() -> None:
+    s = snapshot(pending([{"gpus": 2}, {"gpus": 3}]), free=[8])
+    before = s.cluster.free.copy(), s.cluster.share.copy()
+    for name in POLICIES:
+        if name == "sjf-oracle":
+            continue
+        get_policy(name).decide(s)
+    assert (s.cluster.free == before[0]).all() and (s.cluster.share == before[1]).all()
+
+
+def test_multifactor_reserves_for_the_head_and_backfills_only_what_ends_before() -> None:
+    # Node 0 busy until t=now+1h (running job, limit 1 h); node 1 has 4 free GPUs.
+    r = running([{"gpus": 8, "start": 10 * HOUR, "time_limit": HOUR}])
+    view = cluster([0, 4], owners={(0, g): 0 for g in range(8)})
+    rows = [
+        {"id": "head", "gpus": 8, "submit": 0, "time_limit": 2 * HOUR},
+        {"id": "short", "gpus": 4, "submit": 1, "time_limit": 0.5 * HOUR},
+        {"id": "long", "gpus": 4, "submit": 2, "time_limit": 5 * HOUR},
+    ]
+    d = get_policy("multifactor").decide(snapshot(pending(rows), view=view, r=r))
+    assert d.reservation is not None and d.reservation.job_id == "head"
+    assert d.reservation.start == pytest.approx(11 * HOUR)
+    assert [s.job_id for s in d.start] == ["short"] and d.start[0].backfill
+    # A long job may still backfill where the reservation will not need the GPUs (node 1).
+    rows2 = [rows[0], rows[2]]
+    d2 = get_policy("multifactor").decide(snapshot(pending(rows2), view=view, r=r))
+    assert [s.job_id for s in d2.start] == ["long"] and d2.start[0].alloc.nodes == (1,)
+
+
+def test_impact_replans_the_reservation_when_a_running_job_slips() -> None:
+    r = running([{"gpus": 8, "start": 0.0, "R": 2 * HOUR}])  # predicted end 2 h, p90 4 h
+    view = cluster([0], owners={(0, g): 0 for g in range(8)})
+    rows = [{"id": "head", "gpus": 8}]
+    pol = get_policy("impact")
+    d1 = pol.decide(snapshot(pending(rows), view=view, r=r, now=1 * HOUR))
+    d2 = pol.decide(snapshot(pending(rows), view=view, r=r, now=3 * HOUR))
+    d3 = pol.decide(snapshot(pending(rows), view=view, r=r, now=5 * HOUR))
+    assert d1.reservation and d1.reservation.start == pytest.approx(2 * HOUR)
+    assert d2.reservation and d2.reservation.start == pytest.approx(4 * HOUR)
+    assert d3.reservation and d3.reservation.start > 5 * HOUR
+
+
+def test_las_preempts_a_lower_queue_job_for_a_new_one() -> None:
+    r = running([{"gpus": 8, "start": 0.0, "attained": 20 * HOUR}])
+    view = cluster([0], owners={(0, g): 0 for g in range(8)})
+    d = Las().decide(snapshot(pending([{"id": "new", "gpus": 4}]), view=view, r=r, now=HOUR))
+    assert d.preempt == (100,) and [s.job_id for s in d.start] == ["new"]
+    # A job in the same queue is not preempted.
+    r2 = running([{"gpus": 8, "start": 10 * HOUR - 60, "attained": 0.0}])
+    d2 = Las().decide(snapshot(pending([{"id": "new", "gpus": 4}]), view=view, r=r2))
+    assert d2.preempt == () and d2.start == ()
+
+
+def test_every_policy_works_with_either_placement() -> None:
+    s = snapshot(pending([{"gpus": 2}, {"gpus": 6}]), free=[8, 2])
+    for name in POLICIES:
+        if name == "sjf-oracle":
+            s2 = dataclasses.replace(s, pending=pending([{"gpus": 2}, {"gpus": 6}], oracle=True))
+        else:
+            s2 = s
+        for how in ("first-fit", "topology"):
+            d = get_policy(name, how).decide(s2)
+            assert len(d.start) == 2
+    assert get_policy("impact").placement == "topology"
+    with pytest.raises(ValueError, match="placement"):
+        get_policy("fifo", "scatter")
+    with pytest.raises(ValueError, match="unknown policy"):
+        get_policy("random")

@@ -1,0 +1,107 @@
+"""The models: better than the baseline on learnable data, saved and loaded intact, safe fallbacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headway.predict.evaluate import auc, brier, ece, evaluate, runtime_profile, split
+from headway.predict.features import build_features
+from headway.predict.model import Calibration, ModelFileError, Predictor, TrainConfig, fallback_predictions
+from headway.predict.synthetic import make_history
+
+FAST = TrainConfig(rounds=60, quantile_rounds=40, early_stopping=10)
+
+
+@pytest.fixture(scope="module")
+def frame():  # type: ignore[no-untyped-def]
+    return build_features(make_history(6_000, seed=11, users=30, days=12))
+
+
+def test_metrics_agree_with_definitions() -> None:
+    y = np.array([True, False, True, False])
+    assert auc(y, np.array([0.9, 0.1, 0.8, 0.2])) == 1.0
+    assert auc(y, np.array([0.5, 0.5, 0.5, 0.5])) == 0.5
+    assert brier(y, np.array([1.0, 0.0, 0.5, 0.5])) == pytest.approx(0.125)
+    # all predictions 0.7 in one bin, observed 0.5: ECE 0.2
+    assert ece(y, np.full(4, 0.7)) == pytest.approx(0.2)
+    prof = runtime_profile(np.array([100.0, 150.0, 1000.0]), np.array([100.0, 100.0, 100.0]))
+    assert prof["within_10pct"] == pytest.approx(1 / 3)
+    assert prof["within_50pct"] == pytest.approx(2 / 3)
+    assert prof["within_10x"] == pytest.approx(1.0)
+
+
+def test_temporal_split_trains_only_on_jobs_ended_before_the_test_period(frame) -> None:  # type: ignore[no-untyped-def]
+    train, test = split(frame, 0.3)
+    first_test_submit = frame.submit[test[0]]
+    assert (frame.end[train] < first_test_submit).all()
+    assert (frame.submit[test] >= first_test_submit).all()
+    assert len(test) == round(frame.ended.sum() * 0.3)
+
+
+def test_model_beats_the_per_user_baseline_on_learnable_history(frame) -> None:  # type: ignore[no-untyped-def]
+    r = evaluate(frame, 0.3, FAST)
+    assert r["auc"] > r["baseline"]["auc"] + 0.02
+    assert r["brier"] < r["baseline"]["brier"]
+    assert r["runtime"]["within_50pct"] > r["baseline"]["runtime"]["within_50pct"]
+    assert set(r["model"]["models"]) == {"p_success", "runtime_q50", "runtime_q90", "ttf_q50", "ttf_q90"}
+
+
+def test_saved_model_loads_and_predicts_identically(frame, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    model = Predictor.fit(frame, config=FAST)
+    path = tmp_path / "m.json"
+    model.save(path)
+    again = Predictor.load(path)
+    a, b = model.predict_frame(frame), again.predict_frame(frame)
+    for field in ("p_success", "runtime", "runtime_p90", "time_to_failure"):
+        np.testing.assert_allclose(getattr(a, field), getattr(b, field), rtol=1e-9)
+    assert (a.runtime_p90 >= a.runtime).all()
+    cap = np.nan_to_num(frame.time_limit, nan=np.inf)
+    assert (a.runtime <= cap).all() and (a.time_to_failure <= cap).all()
+    assert ((a.p_success > 0) & (a.p_success < 1)).all()
+
+
+def test_training_is_deterministic(frame) -> None:  # type: ignore[no-untyped-def]
+    rows = np.flatnonzero(frame.ended)[:3000]
+    a = Predictor.fit(frame, rows, FAST).predict_frame(frame)
+    b = Predictor.fit(frame, rows, FAST).predict_frame(frame)
+    np.testing.assert_array_equal(a.p_success, b.p_success)
+
+
+def test_bad_model_files_give_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelFileError, match="no model file"):
+        Predictor.load(tmp_path / "missing.json")
+    junk = tmp_path / "junk.json"
+    junk.write_text("{not json")
+    with pytest.raises(ModelFileError, match="not a headway model file"):
+        Predictor.load(junk)
+    other = tmp_path / "other.json"
+    other.write_text('{"format": "headway-predictor", "version": 99}')
+    with pytest.raises(ModelFileError, match="version 99"):
+        Predictor.load(other)
+
+
+def test_too_little_history_falls_back_to_running_rates_and_medians() -> None:
+    small = build_features(make_history(60, seed=2, users=3, days=2))
+    model = Predictor.fit(small, config=TrainConfig(min_rows=100))
+    assert model.boosters == {}
+    p = model.predict_frame(small)
+    fb = fallback_predictions(small.X, small.time_limit)
+    np.testing.assert_allclose(p.runtime, fb.runtime, rtol=1e-12)
+    np.testing.assert_allclose(p.p_success, np.clip(fb.p_success, 0.001, 0.999))
+    # a job with no history at all gets the prior and a time-limit based runtime
+    assert np.isfinite(p.runtime).all() and (p.runtime > 0).all()
+
+
+def test_calibration_maps_monotonically_and_fixes_a_biased_score() -> None:
+    rng = np.random.default_rng(0)
+    true_p = rng.uniform(0, 1, 20_000)
+    y = rng.random(20_000) < true_p
+    biased = true_p**3  # far too pessimistic
+    for kind in ("isotonic", "platt"):
+        cal = Calibration.fit(kind, biased, y)
+        out = cal.apply(np.sort(biased))
+        assert (np.diff(out) >= -1e-12).all()
+        assert ece(y, cal.apply(biased)) < 0.02 < ece(y, biased)

@@ -1,0 +1,80 @@
+"""The online predictor: causal by construction, cold-start fallbacks, periodic retraining."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from headway.predict.api import EndedJob, OnlinePredictor as OnlineProtocol, SubmittedJob
+from headway.predict.features import build_features
+from headway.predict.model import TrainConfig
+from headway.predict.online import OnlinePredictor
+from headway.predict.synthetic import make_history
+from headway.schema import table_to_records
+
+
+def _job(i: int, t: float, user: str = "u", name: str | None = "n") -> SubmittedJob:
+    return SubmittedJob(str(i), user, "g", name, None, None, t, 1.0, 1, 7200.0)
+
+
+def test_it_satisfies_the_contract_the_simulator_uses() -> None:
+    p: OnlineProtocol = OnlinePredictor()
+    pred = p.predict([_job(1, 0.0)], now=0.0)
+    assert len(pred) == 1 and 0 < pred.p_success[0] < 1
+    assert pred.runtime[0] <= 7200.0
+
+
+def test_an_end_is_invisible_until_the_clock_passes_it() -> None:
+    p = OnlinePredictor()
+    p.observe_end(EndedJob(_job(1, 0.0), 0.0, 100.0, "FAILED"))
+    at_end = p.predict([_job(2, 100.0)], now=100.0)
+    assert p.state.ended == 0  # ended at 100, asked at 100: not strictly before
+    later = p.predict([_job(3, 101.0)], now=101.0)
+    assert p.state.ended == 1
+    assert later.p_success[0] < at_end.p_success[0]  # the user's failure now counts
+
+
+def test_a_pending_job_keeps_the_features_it_was_first_served() -> None:
+    p = OnlinePredictor()
+    first = p.predict([_job(1, 0.0)], now=0.0)
+    p.observe_end(EndedJob(_job(9, 0.0), 0.0, 5.0, "FAILED"))
+    again = p.predict([_job(1, 0.0)], now=10.0)
+    np.testing.assert_array_equal(first.p_success, again.p_success)
+
+
+def test_cold_start_uses_the_running_median_runtime() -> None:
+    p = OnlinePredictor()
+    for i, rt in enumerate((1000.0, 2000.0, 3000.0)):
+        p.observe_end(EndedJob(_job(i, 0.0), 0.0, rt, "COMPLETED"))
+    pred = p.predict([_job(10, 5000.0)], now=5000.0)
+    assert pred.runtime[0] == pytest.approx(2000.0)
+
+
+def test_replaying_a_history_matches_batch_features_and_retrains_every_k_jobs() -> None:
+    t = make_history(3000, seed=5, users=10, days=4)
+    frame = build_features(t)
+    recs = sorted(table_to_records(t), key=lambda r: r.submit_time)  # type: ignore[arg-type, return-value]
+    p = OnlinePredictor(retrain_every=1000, retrain_interval_s=1e12, min_train_jobs=500,
+                        config=TrainConfig(rounds=30, quantile_rounds=20))
+    events = []
+    for r in recs:
+        sj = SubmittedJob(r.job_id, r.user, r.group, r.name, r.partition, r.priority_class,
+                          r.submit_time.timestamp(), r.gpus, r.nodes,  # type: ignore[union-attr]
+                          None if r.time_limit is None else float(r.time_limit))
+        events.append((sj.submit_time, 0, sj, r))
+        events.append((r.end_time.timestamp(), 1, sj, r))  # type: ignore[union-attr]
+    events.sort(key=lambda e: (e[0], e[1]))
+    served: dict[str, np.ndarray] = {}
+    retrains = 0
+    for time_, kind, sj, r in events:
+        if kind == 0:
+            p.predict([sj], now=time_)
+            served[sj.job_id] = np.array(p._rows[sj.job_id].hist)
+            retrains += p.maybe_retrain(time_)
+        else:
+            p.observe_end(EndedJob(sj, r.start_time.timestamp(), time_, r.state.value))  # type: ignore[union-attr]
+    n_hist = len(served[frame.job_id[0]])
+    for k, jid in enumerate(frame.job_id.tolist()):
+        np.testing.assert_allclose(served[jid], frame.X[k, :n_hist], rtol=1e-12, equal_nan=True)
+    assert retrains == p.trainings >= 2
+    assert p.model is not None

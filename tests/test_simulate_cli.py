@@ -1,0 +1,200 @@
+"""`headway simulate` end to end on small synthetic traces: JSON, HTML, --explain, the store, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from headway.cli import app
+from headway.sim.synth import generate, write_sacct
+
+runner = CliRunner()
+CLUSTER = ["--nodes", "4", "--gpus-per-node", "8", "--nodes-per-rack", "2"]
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    p = tmp_path_factory.mktemp("sim") / "synth.parquet"
+    pq.write_table(generate(200, seed=11), p)
+    return p
+
+
+@pytest.fixture(scope="module")
+def run_json(trace: Path) -> dict[str, Any]:
+    res = runner.invoke(
+        app,
+        ["simulate", str(trace), *CLUSTER, "--policy", "fifo,multifactor,impact", "--load", "1.0", "--json"],
+    )
+    assert res.exit_code == 0, res.output
+    doc: dict[str, Any] = json.loads(res.stdout)
+    return doc
+
+
+def test_json_has_every_policy_with_design_metric_names(run_json: dict[str, Any]) -> None:
+    pols = run_json["policies"]
+    assert isinstance(pols, dict)
+    assert list(pols) == ["fifo", "multifactor", "impact"]
+    for m in pols.values():
+        for name in (
+            "time_to_success_mean",
+            "time_to_success_p95",
+            "queue_delay_p99",
+            "queue_delay_max",
+            "bounded_slowdown_mean",
+            "utilisation",
+            "fragmentation",
+            "fragmented_gpu_hours",
+            "jain_fairness",
+            "wasted_gpu_hours",
+            "goodput_gpu_hours",
+        ):
+            assert name in m
+        assert 0 < m["utilisation"] <= 1
+        # every simulated job ends, whatever the policy
+        assert m["jobs_unfinished"] == 0
+        assert m["jobs"] + m["excluded"] <= 200
+
+
+def test_json_ratios_goals_cluster_and_load(run_json: dict[str, Any]) -> None:
+    ratios = run_json["ratios_to_multifactor"]
+    assert isinstance(ratios, dict)
+    assert ratios["multifactor"]["time_to_success_mean"] == pytest.approx(1.0)
+    assert {g["goal"] for g in run_json["goals"]} >= {"impact time_to_success_mean <= 0.7x multifactor"}
+    cluster = run_json["cluster"]
+    assert isinstance(cluster, dict)
+    assert cluster["capacity_gpus"] == 32
+    assert cluster["racks"] == 2
+    trace = run_json["trace"]
+    assert isinstance(trace, dict)
+    assert trace["offered_load"] == pytest.approx(1.0)
+    assert run_json["reference"] is None
+
+
+def test_jobs_too_large_for_the_cluster_are_listed(run_json: dict[str, Any]) -> None:
+    excluded = run_json["excluded"]
+    assert isinstance(excluded, list)
+    for line in excluded:
+        assert "cluster has 32 GPUs" in line
+
+
+def test_table_output_shows_policies_and_ratios(trace: Path) -> None:
+    res = runner.invoke(app, ["simulate", str(trace), *CLUSTER, "--policy", "fifo,multifactor"])
+    assert res.exit_code == 0, res.output
+    assert "multifactor" in res.stdout
+    assert "x" in res.stdout  # ratio cells such as 0.93x
+    assert "ratio to multifactor" in res.stdout
+
+
+def test_html_report_is_self_contained(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    res = runner.invoke(
+        app, ["simulate", str(trace), *CLUSTER, "--policy", "fifo,impact", "--html", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert "<script src=" not in text  # plotly.js is inlined, nothing loads from the network
+    assert "Plotly.newPlot" in text
+    assert text.count("Plotly.newPlot") == 6
+    assert "Time to success" in text and "Queueing delay" in text
+
+
+def test_explain_shows_why_a_job_waited(trace: Path, run_json: dict[str, Any]) -> None:
+    import pyarrow.compute as pc
+
+    from headway.commands.simulate import load_jobs
+
+    jobs, _ = load_jobs(trace, "auto", None)
+    # a job submitted in a burst: likely to wait behind its siblings
+    job_id = jobs.column("job_id")[len(jobs) // 2].as_py()
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            str(trace),
+            *CLUSTER,
+            "--policy",
+            "fifo,impact",
+            "--load",
+            "1.0",
+            "--explain",
+            job_id,
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    ex = json.loads(res.stdout)["explain"]
+    assert set(ex) == {"fifo", "impact"}
+    for pol in ("fifo", "impact"):
+        entry = ex[pol]
+        assert entry["job"]["job_id"] == job_id
+        passes = entry["passes"]
+        if entry["queue_delay"] and entry["queue_delay"] > 0:
+            assert passes, "a job that waited was ranked at least once"
+        for p in passes:
+            assert 1 <= p["rank"] <= p["of"]
+            assert p["reason"]
+    assert pc.sum(pc.equal(jobs.column("job_id"), job_id)).as_py() == 1
+
+
+def test_reference_figures_print_beside_ours_when_asked(trace: Path) -> None:
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            str(trace),
+            *CLUSTER,
+            "--policy",
+            "qssf,impact",
+            "--reference",
+            "helios-philly",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    ref = json.loads(res.stdout)["reference"]
+    assert ref["name"] == "helios-philly"
+    q = [r for r in ref["rows"] if r["policy"] == "qssf" and r["metric"] == "time_to_success_mean"]
+    assert q and q[0]["helios"] == 104_075
+    assert q[0]["headway_impact"] is not None
+
+
+def test_simulate_reads_jobs_from_the_store(tmp_path: Path) -> None:
+    log = tmp_path / "s.txt"
+    db = tmp_path / "jobs.duckdb"
+    write_sacct(generate(80, seed=5), str(log))
+    res = runner.invoke(
+        app, ["ingest", "--format", "sacct", "--tz", "UTC", "--db", str(db), "--json", str(log)]
+    )
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["simulate", "--db", str(db), *CLUSTER, "--policy", "fifo", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["trace"]["format"] == "store"
+    assert doc["policies"]["fifo"]["jobs"] + len(doc["excluded"]) == 80
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policy", "fifo,magic"], "unknown magic"),
+        (["--placement", "random"], "--placement"),
+        (["--explain", "no-such-job"], "no job 'no-such-job'"),
+        (["--load", "0"], "out of range"),
+    ],
+)
+def test_bad_options_fail_in_one_line(trace: Path, args: list[str], message: str) -> None:
+    res = runner.invoke(app, ["simulate", str(trace), *CLUSTER, *args])
+    assert res.exit_code == 1
+    assert message in " ".join(res.output.split())
+    assert "Traceback" not in res.output
+
+
+def test_missing_trace_fails_in_one_line(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["simulate", str(tmp_path / "nope.json")])
+    assert res.exit_code == 1
+    assert "no such file" in res.output

@@ -1,0 +1,85 @@
+"""`headway sweep`: the grid, its summary over seeds, and a real run on a 2-worker Dask LocalCluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from headway.cli import app
+from headway.sim.cluster import ClusterSpec
+from headway.sim.metrics import compute
+from headway.sim.sweep import Cell, CellResult, grid, iter_rows, run_grid, summarise
+from headway.sim.synth import generate
+
+runner = CliRunner()
+
+
+def test_grid_covers_every_policy_load_and_seed() -> None:
+    cells = grid(["fifo", "impact"], [0.8, None], [0, 1, 2])
+    assert len(cells) == 12
+    assert len(set(cells)) == 12
+    assert {c.load_label for c in cells} == {"0.8", "natural"}
+
+
+def test_summary_takes_the_median_over_seeds_with_min_and_max() -> None:
+    res = [
+        CellResult(Cell("fifo", 1.0, s), {"utilisation": u, "queue_delay_p99": None})
+        for s, u in enumerate([0.5, 0.9, 0.6])
+    ]
+    summary = summarise(res, ["utilisation", "queue_delay_p99"])
+    u = summary[("fifo", "1")]["utilisation"]
+    assert (u.median, u.low, u.high, u.n) == (0.6, 0.5, 0.9, 3)
+    assert summary[("fifo", "1")]["queue_delay_p99"].median is None
+    rows = list(iter_rows(summary))
+    assert rows[0]["metrics"]["utilisation"]["seeds"] == 3
+
+
+@pytest.mark.slow
+def test_grid_runs_on_a_local_dask_cluster_and_matches_a_local_run() -> None:
+    jobs = generate(150, seed=3)
+    spec = ClusterSpec.from_flags(4, 8, 2)
+    cells = grid(["fifo", "multifactor"], [0.8, 1.0], [0, 1])
+    done: list[CellResult] = []
+    results = run_grid(jobs, spec, cells, workers=2, on_done=done.append)
+    assert [r.cell for r in results] == cells
+    assert len(done) == len(cells)
+    from headway.sim.run import run_simulation
+
+    local = compute(run_simulation(jobs, spec, policy="multifactor", load=1.0, seed=1))
+    remote = next(r for r in results if r.cell == Cell("multifactor", 1.0, 1)).metrics
+    assert remote["time_to_success_mean"] == pytest.approx(local["time_to_success_mean"])
+    assert remote["utilisation"] == pytest.approx(local["utilisation"])
+    for r in results:
+        assert 0 < float(r.metrics["utilisation"] or 0) <= 1.0
+
+
+@pytest.mark.slow
+def test_sweep_command_prints_one_json_row_per_policy_and_load(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    pq.write_table(generate(120, seed=4), trace)
+    args = ["sweep", str(trace), "--nodes", "4", "--policy", "fifo,multifactor", "--load", "0.9,natural"]
+    res = runner.invoke(app, [*args, "--seeds", "0,1", "--workers", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert {(r["policy"], r["load"]) for r in doc["rows"]} == {
+        ("fifo", "0.9"),
+        ("multifactor", "0.9"),
+        ("fifo", "natural"),
+        ("multifactor", "natural"),
+    }
+    for r in doc["rows"]:
+        m = r["metrics"]["time_to_success_mean"]
+        assert m["seeds"] == 2
+        assert m["min"] <= m["median"] <= m["max"]
+
+
+def test_sweep_rejects_a_bad_scheduler_address(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    pq.write_table(generate(10, seed=4), trace)
+    res = runner.invoke(app, ["sweep", str(trace), "--scheduler", "localhost:8786"])
+    assert res.exit_code == 1
+    assert "tcp://HOST:PORT" in res.output
