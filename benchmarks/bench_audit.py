@@ -24,11 +24,14 @@ from headway.store import JobStore
 
 # Runs `argv` and prints its wall seconds and the peak RSS (KiB on Linux) of that child alone.
 _MEASURE = """
-import resource, subprocess, sys, time, json
+import json, os, resource, subprocess, sys, time
 t = time.perf_counter()
 rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).returncode
 wall = time.perf_counter() - t
-print(json.dumps({"rc": rc, "wall_s": wall, "max_rss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+load = os.getloadavg()[0]
+print(json.dumps({"rc": rc, "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "max_rss_kib": ru.ru_maxrss,
+                  "load": load}))
 """
 
 # One row per job; r1..r6 are independent uniforms. States: 52% success, 40% waste, the rest other.
@@ -38,8 +41,10 @@ SELECT
     CAST(i AS VARCHAR) AS job_id,
     'u' || CAST(floor(pow(r1, 3) * 3000) AS BIGINT) AS "user",
     'g' || (CAST(floor(pow(r1, 3) * 3000) AS BIGINT) % 60) AS "group",
+    -- each user reruns a skewed handful of their own job names (as people do); 5% have no name
     CASE WHEN r6 < 0.05 THEN NULL
-         ELSE 'job-' || CAST(floor(pow(r2, 2) * 50000) AS BIGINT) END AS name,
+         ELSE 'job-' || CAST(floor(pow(r1, 3) * 3000) AS BIGINT) || '-'
+              || CAST(floor(pow(r2, 2) * 100) AS BIGINT) END AS name,
     ['gpu', 'gpu-large', 'debug', 'preempt'][1 + CAST(floor(r3 * 4) AS INTEGER)] AS partition,
     NULL AS priority_class,
     submit AS submit_time,
@@ -66,7 +71,8 @@ FROM (
             60 * (pow(1 - random(), -1.2) - 1) AS wait_s,
             exp(7.5 + 1.8 * (random() + random() + random() + random() - 2)) AS raw_run,
             [1, 1, 1, 1, 2, 2, 4, 4, 8, 8, 8, 16, 32, 64][1 + CAST(floor(random() * 14) AS INTEGER)] AS gpus,
-            CASE WHEN r6 < 0.7 THEN [3600, 14400, 86400, 172800, 259200][1 + CAST(floor(random() * 5) AS INTEGER)]
+            CASE WHEN r6 < 0.7
+                 THEN [3600, 14400, 86400, 172800, 259200][1 + CAST(floor(random() * 5) AS INTEGER)]
                  ELSE NULL END AS time_limit,
             CASE WHEN r5 < 0.52 THEN 'COMPLETED' WHEN r5 < 0.84 THEN 'FAILED' WHEN r5 < 0.88 THEN 'TIMEOUT'
                  WHEN r5 < 0.90 THEN 'OUT_OF_MEMORY' WHEN r5 < 0.92 THEN 'NODE_FAIL'
@@ -95,7 +101,12 @@ def measure(argv: list[str]) -> dict[str, float]:
     m = json.loads(res.stdout.strip().splitlines()[-1])
     if m["rc"] != 0:
         raise SystemExit(f"audit failed: {res.stderr[-2000:]}")
-    return {"wall_s": m["wall_s"], "rss_gb": m["max_rss_kib"] / 1024 / 1024}
+    return {
+        "wall_s": m["wall_s"],
+        "cpu_s": m["cpu_s"],
+        "rss_gb": m["max_rss_kib"] / 1024 / 1024,
+        "load": m["load"],
+    }
 
 
 def main() -> None:
@@ -120,9 +131,17 @@ def main() -> None:
             runs = [measure([headway, "audit", "--db", str(db), *extra]) for _ in range(args.runs)]
             wall = statistics.median(r["wall_s"] for r in runs)
             rss = max(r["rss_gb"] for r in runs)
+            cpu = statistics.median(r["cpu_s"] for r in runs)
+            load = max(r["load"] for r in runs)
             results[f"{label}_wall_s"] = wall
+            results[f"{label}_cpu_s"] = cpu
             results[f"{label}_peak_rss_gb"] = rss
-            print(f"audit --{label}: {wall:.1f} s wall (median of {args.runs}), peak RSS {rss:.2f} GB")
+            results[f"{label}_load_avg"] = load
+            # On a busy machine wall time measures the neighbours; CPU seconds say what the audit costs.
+            print(
+                f"audit --{label}: {wall:.1f} s wall (median of {args.runs}), {cpu:.1f} s CPU, "
+                f"peak RSS {rss:.2f} GB, load average {load:.1f} on {os.cpu_count()} CPUs"
+            )
         html = tmp / "report.html"
         results["html_mb"] = html.stat().st_size / 1e6 if html.exists() else None
         ok = all(

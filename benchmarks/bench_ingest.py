@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from headway.traces.base import ReadOptions
 from headway.traces.sacct import READER
@@ -64,27 +66,59 @@ def generate(path: Path, n: int, seed: int = 7) -> None:
     running = state == "RUNNING"
     start = submit + wait.astype("timedelta64[s]")
     end = start + run.astype("timedelta64[s]")
+
+    def text(values: np.ndarray) -> pa.Array:
+        return pa.array(values.astype(str), pa.string())
+
+    def stamp(values: np.ndarray, unknown: np.ndarray) -> pa.Array:
+        strs = pc.strftime(pa.array(values.astype("datetime64[s]")), format="%Y-%m-%dT%H:%M:%S")
+        return pc.if_else(pa.array(unknown), "Unknown", strs)
+
+    g = text(gpus)
+    one = text(np.maximum(gpus, 1))
+    cpu = text(4 * np.maximum(gpus, 1))
+    mem = text(16 * np.maximum(gpus, 1))
+    node = text(nodes)
+    gres = pc.if_else(
+        pa.array(gpus > 0),
+        pc.binary_join_element_wise(",gres/gpu:", text(gtype), "=", g, ",gres/gpu=", g, ""),
+        "",
+    )
+    alloc = pc.binary_join_element_wise(
+        "billing=", one, ",cpu=", cpu, gres, ",mem=", mem, "G,node=", node, ""
+    )
+    alloc = pc.if_else(pa.array(pending), "", alloc)
+    req = pc.binary_join_element_wise(
+        "billing=", one, ",cpu=", cpu, ",gres/gpu=", g, ",mem=", mem, "G,node=", node, ""
+    )
+    idx = np.arange(n)
+    limit = pc.if_else(pa.array(idx % 97 == 0), "UNLIMITED", text(limit_min))
+    code = np.where(state == "FAILED", "1:0", np.where(state == "OUT_OF_MEMORY", "0:9", "0:0"))
+    columns = [
+        text(1000 + idx),
+        text(names),
+        text(users),
+        text(np.char.add("acct", (idx % 13).astype(str))),
+        "gpu",
+        text(state),
+        text(code),
+        stamp(submit, np.zeros(n, dtype=bool)),
+        stamp(start, pending),
+        stamp(end, pending | running),
+        text(np.where(pending, 0, run)),
+        limit,
+        alloc,
+        node,
+        pc.binary_join_element_wise("n[1-", node, "]", ""),
+        "10000",
+        "normal",
+        req,
+    ]
+    lines = pc.binary_join_element_wise(*columns, "|")
     with open(path, "w") as fh:
         fh.write(HEADER + "\n")
-        for i in range(n):
-            st = state[i]
-            s = "Unknown" if pending[i] else str(start[i])
-            e = "Unknown" if pending[i] or running[i] else str(end[i])
-            el = 0 if pending[i] else int(run[i])
-            g = int(gpus[i])
-            gres = f",gres/gpu:{gtype[i]}={g},gres/gpu={g}" if g else ""
-            alloc = (
-                ""
-                if pending[i]
-                else f"billing={g or 1},cpu={4 * max(g, 1)}{gres},mem={16 * max(g, 1)}G,node={nodes[i]}"
-            )
-            req = f"billing={g or 1},cpu={4 * max(g, 1)},gres/gpu={g},mem={16 * max(g, 1)}G,node={nodes[i]}"
-            lim = "UNLIMITED" if i % 97 == 0 else str(limit_min[i])
-            code = "1:0" if st == "FAILED" else ("0:9" if st == "OUT_OF_MEMORY" else "0:0")
-            fh.write(
-                f"{1000 + i}|{names[i]}|{users[i]}|acct{i % 13}|gpu|{st}|{code}|{submit[i]}|{s}|{e}|"
-                f"{el}|{lim}|{alloc}|{nodes[i]}|n[1-{nodes[i]}]|10000|normal|{req}\n"
-            )
+        for i in range(0, n, 100_000):
+            fh.write("\n".join(lines.slice(i, 100_000).to_pylist()) + "\n")
 
 
 def median_rate(fn: Callable[[], None], n: int, runs: int = 3) -> tuple[float, list[float], float]:

@@ -137,13 +137,16 @@ def test_a_restarted_daemon_adopts_the_job_that_kept_running(
 ) -> None:
     d = start_daemon(gpus="1")
     marker = tmp_path / "runs.txt"
-    jid = d.submit(["sh", "-c", f"echo run >> {marker}; sleep 2; echo done >> {marker}"])
+    go = tmp_path / "go"
+    script = f"echo run >> {marker}; while [ ! -e {go} ]; do sleep 0.05; done; echo done >> {marker}"
+    jid = d.submit(["sh", "-c", script])
     wait_until(lambda: marker.exists(), 20, "the job to start")
     d.kill(signal.SIGKILL)
     time.sleep(0.3)
     d.start()
     q = d.ask({"op": "queue"})["jobs"]
     assert [(j["id"], j["state"]) for j in q] == [(jid, "RUNNING")]
+    go.touch()  # the job finishes while the new daemon watches
     wait_until(_ended(d, [jid]), 20, "the adopted job to end")
     assert _history(d)[jid]["state"] == "COMPLETED"
     assert marker.read_text().split() == ["run", "done"]

@@ -6,90 +6,24 @@ to the user's uid (fork + setgid/setuid) before it connects, exactly as that use
 
 from __future__ import annotations
 
-import json
 import os
-import pwd
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import pytest
-
-from headway.local import store_sync  # noqa: F401  (imported before a fork drops to a user who cannot read them)
-from headway.local.client import ClientError, request
 from headway.local.daemon import DaemonConfig, run_daemon
 from headway.local.ordering import LocalPlanner
-from test_local_support import DaemonProc, start_daemon, wait_until
+from test_local_support import DaemonProc, as_user, need_users, shared_dir, start_daemon, wait_until
 
-__all__ = ["start_daemon"]
-
-USERS = ("hw-alice", "hw-bob")
-
-
-def _need_users() -> tuple[pwd.struct_passwd, pwd.struct_passwd]:
-    required = os.environ.get("HEADWAY_REQUIRE_SERVICES") == "1"
-    why = ""
-    if os.getuid() != 0:
-        why = "needs root (a daemon that runs jobs as other users)"
-    else:
-        try:
-            return pwd.getpwnam(USERS[0]), pwd.getpwnam(USERS[1])
-        except KeyError:
-            why = f"test users {', '.join(USERS)} missing (run: bash tests/setup/users.sh)"
-    if required:
-        pytest.fail(f"isolation test {why}, and HEADWAY_REQUIRE_SERVICES=1")
-    pytest.skip(f"isolation test {why}")
-
-
-def as_user(pw: pwd.struct_passwd, state_dir: Path, msg: dict[str, Any]) -> dict[str, Any]:
-    """Send one request from a child process running as `pw` (its uid is what SO_PEERCRED reports)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: drop to the user, then talk to the daemon
-        code = 0
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setgid(pw.pw_gid)
-            os.setuid(pw.pw_uid)
-            try:
-                out: dict[str, Any] = {"reply": request(state_dir, msg)}
-            except ClientError as e:
-                out = {"error": str(e)}
-            os.write(w, json.dumps(out).encode())
-        except BaseException:
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(w)
-    chunks = []
-    while chunk := os.read(r, 65536):
-        chunks.append(chunk)
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    result: dict[str, Any] = json.loads(b"".join(chunks))
-    return result
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A state dir that other users can reach (pytest's tmp dirs are private to root)."""
-    base = Path(tempfile.mkdtemp(prefix="headway-shared-"))
-    base.chmod(0o755)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
+__all__ = ["shared_dir", "start_daemon"]
 
 
 def test_user_b_cannot_cancel_or_read_user_a_job_and_jobs_run_as_their_submitter(
     start_daemon: Callable[..., DaemonProc], shared_dir: Path
 ) -> None:
-    alice, bob = _need_users()
+    alice, bob = need_users()
     work = shared_dir / "alice-work"
     work.mkdir()
     os.chown(work, alice.pw_uid, alice.pw_gid)
@@ -149,7 +83,7 @@ def test_user_b_cannot_cancel_or_read_user_a_job_and_jobs_run_as_their_submitter
 def test_a_job_cannot_start_in_a_directory_its_user_cannot_enter(
     start_daemon: Callable[..., DaemonProc], shared_dir: Path
 ) -> None:
-    alice, _ = _need_users()
+    alice, _ = need_users()
     private = shared_dir / "root-only"
     private.mkdir(mode=0o700)
     inner = private / "inner"
@@ -174,7 +108,7 @@ def test_a_job_cannot_start_in_a_directory_its_user_cannot_enter(
 def test_a_daemon_not_running_as_root_refuses_jobs_from_other_users(
     start_daemon: Callable[..., DaemonProc], shared_dir: Path
 ) -> None:
-    alice, bob = _need_users()
+    alice, bob = need_users()
     state = shared_dir / "alice-state"
     state.mkdir(mode=0o755)
     os.chown(state, alice.pw_uid, alice.pw_gid)

@@ -14,15 +14,16 @@ import pytest
 
 from headway.schema import JobRecord, State, records_to_table
 from headway.store import JobStore
-from test_local_support import DaemonProc, start_daemon, wait_until
+from test_local_support import DaemonProc, as_user, need_users, shared_dir, start_daemon, wait_until
 
-__all__ = ["start_daemon"]
+__all__ = ["shared_dir", "start_daemon"]
 
 GOOD, BAD = "good-exp", "bad-exp"
 
 
-def _seed_history(store: Path, user: str) -> None:
-    """300 past jobs of `user`: `good-exp` nearly always completes, `bad-exp` nearly always fails."""
+def _seed_history(store: Path, user: str, rename: dict[str, str] | None = None, prefix: str = "h") -> None:
+    """300 past jobs of `user`: `good-exp` nearly always completes, `bad-exp` nearly always fails
+    (`rename` maps those names to others, e.g. to give a second user the opposite record)."""
     t0 = dt.datetime.now(dt.UTC) - dt.timedelta(days=3)
     recs = []
     for i in range(300):
@@ -33,11 +34,11 @@ def _seed_history(store: Path, user: str) -> None:
         runtime = dt.timedelta(minutes=10) if ok else dt.timedelta(minutes=6)
         recs.append(
             JobRecord(
-                f"h{i}",
+                f"{prefix}{i}",
                 State.COMPLETED if ok else State.FAILED,
                 "past",
                 user=user,
-                name=name,
+                name=(rename or {}).get(name, name),
                 submit_time=submit,
                 start_time=start,
                 end_time=start + runtime,
@@ -105,3 +106,31 @@ def test_why_tells_a_pending_job_its_rank_factors_and_estimated_start(
     text = "\n".join(w["explanation"])
     assert "rank 2 of 2" in text and "chance to complete" in text and f"ranked ahead of it: {good}" in text
     assert w["estimated_start"] is not None
+
+
+def test_jobs_of_a_user_with_a_good_history_start_before_those_of_a_user_with_a_bad_one(
+    start_daemon: Callable[..., DaemonProc], shared_dir: Path
+) -> None:
+    alice, bob = need_users()
+    store = shared_dir / "history.duckdb"
+    _seed_history(store, alice.pw_name, rename={BAD: "skip"})  # alice: `train` nearly always completes
+    _seed_history(
+        store, bob.pw_name, rename={GOOD: "skip", BAD: GOOD}, prefix="b"
+    )  # bob: nearly always fails
+    d = start_daemon("--db", str(store), gpus="1", state_dir=shared_dir / "state")
+    blocker = d.submit(["sleep", "60"], name="blocker")
+    wait_until(lambda: d.ask({"op": "queue"})["jobs"][0]["state"] == "RUNNING", 20, "the blocker to run")
+    env = {"PATH": "/usr/bin:/bin"}
+    who = [bob, alice, bob, alice, bob, alice]
+    ids = []
+    for pw in who:
+        msg = {"op": "submit", "argv": ["true"], "cwd": "/", "env": env, "name": GOOD, "time_limit": 3600}
+        ids.append(as_user(pw, d.state_dir, msg)["reply"]["id"])
+    user_of = dict(zip(ids, (pw.pw_name for pw in who), strict=True))
+    wait_until(
+        lambda: all(j["p_success"] is not None for j in d.ask({"op": "queue"})["jobs"]), 20, "predictions"
+    )
+    d.ask({"op": "cancel", "id": blocker})
+    wait_until(lambda: len(d.ask({"op": "history", "limit": 1000})["jobs"]) == 7, 30, "all jobs to end")
+    order = _start_order(d, ids)
+    assert [user_of[i] for i in order] == [alice.pw_name] * 3 + [bob.pw_name] * 3

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import pwd
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +19,8 @@ from typing import Any
 import psutil
 import pytest
 
+# imported before a fork drops to a user who cannot read the interpreter's own files
+from headway.local import store_sync  # noqa: F401
 from headway.local.client import ClientError, request
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,7 +45,8 @@ class DaemonProc:
                 err = self.proc.stderr.read().decode() if self.proc.stderr else ""
                 raise RuntimeError(f"daemon exited with {self.proc.returncode}: {err}")
             with contextlib.suppress(ClientError):
-                if request(self.state_dir, {"op": "ping"}, timeout=5)["pid"] == self.proc.pid:
+                pong = request(self.state_dir, {"op": "ping"}, timeout=5)
+                if pong["pid"] == self.proc.pid and pong["ready"]:
                     return
             time.sleep(0.05)
         raise RuntimeError("daemon did not come up")
@@ -115,6 +122,64 @@ def cli(
         cmd = ["runuser", "-u", user, "--", *cmd]
     env = {k: v for k, v in os.environ.items() if k != "HEADWAY_STATE_DIR"}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=cwd, env=env)
+
+
+USERS = ("hw-alice", "hw-bob")
+
+
+def need_users() -> tuple[pwd.struct_passwd, pwd.struct_passwd]:
+    required = os.environ.get("HEADWAY_REQUIRE_SERVICES") == "1"
+    why = ""
+    if os.getuid() != 0:
+        why = "needs root (a daemon that runs jobs as other users)"
+    else:
+        try:
+            return pwd.getpwnam(USERS[0]), pwd.getpwnam(USERS[1])
+        except KeyError:
+            why = f"test users {', '.join(USERS)} missing (run: bash tests/setup/users.sh)"
+    if required:
+        pytest.fail(f"isolation test {why}, and HEADWAY_REQUIRE_SERVICES=1")
+    pytest.skip(f"isolation test {why}")
+
+
+def as_user(pw: pwd.struct_passwd, state_dir: Path, msg: dict[str, Any]) -> dict[str, Any]:
+    """Send one request from a child process running as `pw` (its uid is what SO_PEERCRED reports)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: drop to the user, then talk to the daemon
+        code = 0
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(pw.pw_gid)
+            os.setuid(pw.pw_uid)
+            try:
+                out: dict[str, Any] = {"reply": request(state_dir, msg)}
+            except ClientError as e:
+                out = {"error": str(e)}
+            os.write(w, json.dumps(out).encode())
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, 65536):
+        chunks.append(chunk)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    result: dict[str, Any] = json.loads(b"".join(chunks))
+    return result
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A state dir that other users can reach (pytest's tmp dirs are private to root)."""
+    base = Path(tempfile.mkdtemp(prefix="headway-shared-"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

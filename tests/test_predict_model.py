@@ -99,7 +99,8 @@ def test_calibration_maps_monotonically_and_fixes_a_biased_score() -> None:
     rng = np.random.default_rng(0)
     true_p = rng.uniform(0, 1, 20_000)
     y = rng.random(20_000) < true_p
-    biased = true_p**3  # far too pessimistic
+    logit = np.log(true_p / (1 - true_p))
+    biased = 1 / (1 + np.exp(-(2.0 * logit - 1.5)))  # overconfident and too pessimistic
     for kind in ("isotonic", "platt"):
         cal = Calibration.fit(kind, biased, y)
         out = cal.apply(np.sort(biased))

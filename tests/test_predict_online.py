@@ -51,10 +51,10 @@ def test_cold_start_uses_the_running_median_runtime() -> None:
 
 
 def test_replaying_a_history_matches_batch_features_and_retrains_every_k_jobs() -> None:
-    t = make_history(3000, seed=5, users=10, days=4)
+    t = make_history(1500, seed=5, users=8, days=3)
     frame = build_features(t)
     recs = sorted(table_to_records(t), key=lambda r: r.submit_time)  # type: ignore[arg-type, return-value]
-    p = OnlinePredictor(retrain_every=1000, retrain_interval_s=1e12, min_train_jobs=500,
+    p = OnlinePredictor(retrain_every=500, retrain_interval_s=1e12, min_train_jobs=400,
                         config=TrainConfig(rounds=30, quantile_rounds=20))
     events = []
     for r in recs:

@@ -23,7 +23,7 @@ import pytest
 from headway.slurm.runner import SlurmDenied, classify
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
-from cluster import TestCluster, ensure_users, missing_reason
+from slurm_cluster import TestCluster, ensure_users, missing_reason
 
 pytestmark = pytest.mark.slow
 USERS = ("alice", "bob", "carol", "dave")

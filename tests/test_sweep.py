@@ -3,19 +3,42 @@
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
+import cloudpickle
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 from headway.cli import app
+from headway.predict.api import EndedJob, Predictions, SubmittedJob
 from headway.sim.cluster import ClusterSpec
 from headway.sim.metrics import compute
 from headway.sim.sweep import Cell, CellResult, grid, iter_rows, run_grid, summarise
 from headway.sim.synth import generate
 
 runner = CliRunner()
+
+
+class HalfPredictor:
+    """A fixed guess (p = 0.5, 1 h runtime): keeps the grid test independent of the trained predictor."""
+
+    def predict(self, jobs: Sequence[SubmittedJob], now: float) -> Predictions:
+        n = len(jobs)
+        return Predictions(np.full(n, 0.5), np.full(n, 3600.0), np.full(n, 5400.0), np.full(n, 600.0))
+
+    def observe_end(self, ended: EndedJob) -> None:
+        return None
+
+    def maybe_retrain(self, now: float) -> bool:
+        return False
+
+
+# Dask workers cannot import this test module: ship HalfPredictor to them by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def test_grid_covers_every_policy_load_and_seed() -> None:
@@ -42,14 +65,16 @@ def test_summary_takes_the_median_over_seeds_with_min_and_max() -> None:
 def test_grid_runs_on_a_local_dask_cluster_and_matches_a_local_run() -> None:
     jobs = generate(150, seed=3)
     spec = ClusterSpec.from_flags(4, 8, 2)
-    cells = grid(["fifo", "multifactor"], [0.8, 1.0], [0, 1])
+    cells = grid(["fifo", "multifactor", "impact"], [0.8, 1.0], [0, 1])
     done: list[CellResult] = []
-    results = run_grid(jobs, spec, cells, workers=2, on_done=done.append)
+    results = run_grid(jobs, spec, cells, workers=2, on_done=done.append, predictor_factory=HalfPredictor)
     assert [r.cell for r in results] == cells
     assert len(done) == len(cells)
     from headway.sim.run import run_simulation
 
-    local = compute(run_simulation(jobs, spec, policy="multifactor", load=1.0, seed=1))
+    local = compute(
+        run_simulation(jobs, spec, policy="multifactor", load=1.0, seed=1, predictor_factory=HalfPredictor)
+    )
     remote = next(r for r in results if r.cell == Cell("multifactor", 1.0, 1)).metrics
     assert remote["time_to_success_mean"] == pytest.approx(local["time_to_success_mean"])
     assert remote["utilisation"] == pytest.approx(local["utilisation"])

@@ -39,6 +39,21 @@ def test_synth_sacct_output_ingests_into_the_store(tmp_path: Path) -> None:
     assert json.loads(res.stdout)["jobs_in_store"] == 300
 
 
+def test_synth_csv_comes_with_a_mapping_that_ingests_it(tmp_path: Path) -> None:
+    out = tmp_path / "s.csv"
+    db = tmp_path / "jobs.duckdb"
+    res = runner.invoke(app, ["synth", "-n", "120", "-o", str(out), "--format", "csv", "--json"])
+    assert res.exit_code == 0, res.output
+    mapping = tmp_path / "s.mapping.toml"
+    assert mapping.is_file()
+    args = ["ingest", "--format", "csv", "--mapping", str(mapping), "--db", str(db), "--json", str(out)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["jobs_in_store"] == 120
+    assert doc["files"][0]["bad_rows"] == 0
+
+
 def test_synth_rejects_unknown_format_in_one_line(tmp_path: Path) -> None:
     res = runner.invoke(app, ["synth", "-n", "10", "-o", str(tmp_path / "x"), "--format", "xlsx"])
     assert res.exit_code == 1

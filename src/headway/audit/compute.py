@@ -90,8 +90,6 @@ def _opt(x: Any) -> float | None:
 class _Q:
     """Runs section queries over one window: `w` = jobs submitted in it, `a` = the audited scope of `w`."""
 
-    serial = 0
-
     def __init__(self, con: duckdb.DuckDBPyConnection, window: Window, include_cpu: bool) -> None:
         self.con = con
         conds = []
@@ -104,27 +102,17 @@ class _Q:
             self.params["until"] = window.until
         where = " WHERE " + " AND ".join(conds) if conds else ""
         scope = "" if include_cpu else " AND gpus > 0"
-        self.params = params = dict(self.params)
-        # The audited jobs, read from the store once into a compact temp table every section then scans:
-        # cheaper than decoding the store's strings and recomputing derived fields in each query.
-        _Q.serial += 1
-        self.table = f"_headway_audit_{os.getpid()}_{_Q.serial}"
-        con.execute(
-            f'CREATE TEMP TABLE {self.table} AS SELECT * FROM (SELECT "user", "group", name, partition, '
-            f"coalesce(gpus, 0) AS gpus, state, {_OUTCOME_SQL} AS outcome, submit_time, "
-            "coalesce(end_time, start_time, submit_time) AS t, runtime, wait, gpu_hours, time_limit, "
-            f"hash(job_id) AS tie FROM jobs_v{where}) WHERE true{scope}",
-            params,
+        select = (
+            f'SELECT * FROM (SELECT "user", "group", name, partition, coalesce(gpus, 0) AS gpus, state, '
+            f"{_OUTCOME_SQL} AS outcome, submit_time, coalesce(end_time, start_time, submit_time) AS t, "
+            f"runtime, wait, gpu_hours, time_limit, hash(job_id) AS tie FROM jobs_v{where}) WHERE true{scope}"
         )
         self.qf = "quantile_cont"  # exact; DuckDB's t-digest (approx_quantile) measured no faster here
         self.prefix = (
             'WITH w AS (SELECT coalesce(gpus, 0) AS gpus, gpu_hours, submit_time, "user" '
             f"FROM jobs_v{where}), "
-            f"a AS (SELECT * FROM {self.table}) "
+            f"a AS ({select}) "
         )
-
-    def close(self) -> None:
-        self.con.execute(f"DROP TABLE IF EXISTS {self.table}")
 
     def rows(self, sql: str) -> list[tuple[Any, ...]]:
         return self.con.execute(self.prefix + sql, self.params).fetchall()
@@ -262,12 +250,12 @@ def _repeat_failures(q: _Q, top: int, min_run: int, wasted: float) -> dict[str, 
         f", seq AS (SELECT {key} AS key, outcome = 'waste' AS bad, CAST({code} AS UTINYINT) AS sc, "
         "gpu_hours, t, tie FROM a WHERE outcome IN ('success', 'waste') AND \"user\" IS NOT NULL "
         'AND coalesce(name, "group") IS NOT NULL), '
-        "num AS (SELECT *, count(*) FILTER (NOT bad) OVER (PARTITION BY key ORDER BY t, tie "
-        "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS oks, "
-        "count(*) FILTER (NOT bad) OVER (PARTITION BY key) AS all_oks FROM seq), "
-        f"s AS (SELECT key, oks, count(*) AS n, sum(gpu_hours) AS gh, min(t) AS first_t, max(t) AS last_t, "
-        f"{flags}, any_value(all_oks) > oks AS success_followed FROM num WHERE bad GROUP BY key, oks "
-        f"HAVING count(*) >= {int(min_run)}), "
+        "num AS (SELECT *, sum(CAST(NOT bad AS INTEGER)) OVER (PARTITION BY key ORDER BY t, tie "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS oks FROM seq), "
+        "tot AS (SELECT key, max(oks) AS all_oks FROM num GROUP BY key), "
+        f"s0 AS (SELECT key, oks, count(*) AS n, sum(gpu_hours) AS gh, min(t) AS first_t, max(t) AS last_t, "
+        f"{flags} FROM num WHERE bad GROUP BY key, oks HAVING count(*) >= {int(min_run)}), "
+        "s AS (SELECT s0.*, all_oks > oks AS success_followed FROM s0 JOIN tot USING (key)), "
         "best AS (SELECT *, count(*) OVER () AS c_all, sum(n) OVER () AS n_all, sum(gh) OVER () AS gh_all, "
         "count(*) FILTER (NOT success_followed) OVER () AS c_open, "
         "coalesce(sum(gh) FILTER (NOT success_followed) OVER (), 0) AS gh_open FROM s "
@@ -415,6 +403,15 @@ def _timeouts(q: _Q, top: int, wasted: float) -> dict[str, Any]:
     for u, c, o, m, lim, p95 in users:
         m_f, lim_f, p95_f = _f(m), _f(lim), _f(p95)
         suggest = max(p95_f * 1.2, 300.0)
+        text = (
+            f"your jobs use a median {m_f * 100:.0f}% of the time you request "
+            f"(median limit {_fmt_hours(lim_f)})"
+        )
+        if suggest < 0.8 * lim_f:
+            text += (
+                f"; a limit near {_fmt_hours(suggest)} would still cover 95% of them "
+                "and lets the scheduler backfill them sooner"
+            )
         advice.append(
             {
                 "user": u,
@@ -423,11 +420,7 @@ def _timeouts(q: _Q, top: int, wasted: float) -> dict[str, Any]:
                 "median_used_share": m_f,
                 "median_time_limit_s": lim_f,
                 "p95_runtime_s": p95_f,
-                "advice": (
-                    f"your jobs use a median {m_f * 100:.0f}% of the time you request "
-                    f"(median limit {_fmt_hours(lim_f)}); a limit near {_fmt_hours(suggest)} "
-                    "would still cover 95% of them and lets the scheduler backfill them sooner"
-                ),
+                "advice": text,
             }
         )
     out["over_asking"] = {
@@ -613,30 +606,26 @@ def audit_report(
         raise ValueError(f"by must be one of {', '.join(BY_CHOICES)}")
     window = Window(since, until)
     step = progress or (lambda _s: None)
-    step("reading jobs")
     q = _Q(con, window, include_cpu)
-    try:
-        step("totals")
-        report: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
-            "window": window.to_json(),
-            "scope": "all_jobs" if include_cpu else "gpu_jobs",
-        }
-        report.update(_totals(q, gpu_hour_price))
-        step("top")
-        report["top"] = _top(q, by, top)
-        step("repeat failures")
-        report["repeat_failures"] = _repeat_failures(q, top, REPEAT_MIN, report["wasted_gpu_hours"])
-        step("early failures")
-        report["early_failures"] = _early_failures(q)
-        step("timeouts")
-        report["timeouts"] = _timeouts(q, top, report["wasted_gpu_hours"])
-        step("waiting")
-        report["waiting"] = _waiting(q, top)
-        step("weekly")
-        report["weekly"] = _weekly(q)
-    finally:
-        q.close()
+    step("totals")
+    report: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "window": window.to_json(),
+        "scope": "all_jobs" if include_cpu else "gpu_jobs",
+    }
+    report.update(_totals(q, gpu_hour_price))
+    step("top")
+    report["top"] = _top(q, by, top)
+    step("repeat failures")
+    report["repeat_failures"] = _repeat_failures(q, top, REPEAT_MIN, report["wasted_gpu_hours"])
+    step("early failures")
+    report["early_failures"] = _early_failures(q)
+    step("timeouts")
+    report["timeouts"] = _timeouts(q, top, report["wasted_gpu_hours"])
+    step("waiting")
+    report["waiting"] = _waiting(q, top)
+    step("weekly")
+    report["weekly"] = _weekly(q)
     report["notes"] = _notes(report, include_cpu)
     report["comparison"] = None
     if vs is not None:

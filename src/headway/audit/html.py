@@ -133,7 +133,14 @@ def _figures(r: dict[str, Any]) -> dict[str, Any]:
             "title": "Weekly goodput, waste and median queueing delay",
             "barmode": "stack",
             "yaxis": {"title": "GPU-hours"},
-            "yaxis2": {"title": "median wait (h)", "overlaying": "y", "side": "right", "showgrid": False},
+            "yaxis2": {
+                "title": "median wait (h)",
+                "overlaying": "y",
+                "side": "right",
+                "showgrid": False,
+                "rangemode": "tozero",
+            },
+            "legend": {"orientation": "h", "y": -0.2},
         },
     )
 

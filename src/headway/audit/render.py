@@ -20,6 +20,8 @@ def gh(x: float | None) -> str:
     """GPU-hours: whole numbers with separators, one decimal below 100."""
     if x is None:
         return "–"
+    if abs(x) < 1:
+        return f"{x:,.2f}"
     return f"{x:,.1f}" if abs(x) < 100 else f"{x:,.0f}"
 
 
@@ -185,7 +187,7 @@ def _repeats(r: dict[str, Any], console: Console) -> None:
         console.print(f"Repeat failures: no user+name failed {rf['min_run']}+ times in a row.")
         return
     console.print(
-        f"Repeat failures: [bold]{rf['streaks']:,}[/] runs of {rf['min_run']}+ failures in a row "
+        f"Repeat failures: [bold]{rf['streaks']:,}[/] run(s) of {rf['min_run']}+ failures in a row "
         f"({rf['jobs']:,} jobs, {gh(rf['gpu_hours'])} GPU-hours, {pct(rf['share_of_wasted_gpu_hours'])} of "
         f"the waste); {rf['unresolved_streaks']:,} never followed by a success"
     )
@@ -298,9 +300,7 @@ def _waiting(r: dict[str, Any], console: Console) -> None:
             dur(sb["p90_s"]) if sb else "–",
         )
     console.print(tab)
-    tab = _table(
-        "Queueing delay by user (most jobs first)", "user", "jobs", "median", "p90", "max", right=(1, 2, 3, 4)
-    )
+    tab = _table("Queueing delay by user", "user", "jobs", "median", "p90", "max", right=(1, 2, 3, 4))
     for u in wt["by_user"]:
         tab.add_row(str(u["user"])[:28], *_wait_row(u))
     console.print(tab)

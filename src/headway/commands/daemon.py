@@ -63,7 +63,7 @@ def daemon(
     from headway.local.daemon import DaemonConfig, DaemonError, run_daemon
     from headway.local.gpus import GpuSpecError, resolve_gpus
     from headway.local.ordering import LocalPlanner, build_predictor, load_book
-    from headway.local.paths import resolve_state_dir
+    from headway.local.paths import MODEL_FILE, resolve_state_dir
     from headway.policy import POLICIES
 
     if policy not in POLICIES:
@@ -90,7 +90,12 @@ def daemon(
     try:
         book = load_book(sd)
         planner = LocalPlanner(policy, book)
-        predictor = build_predictor(cfg.store, list(history or []))
-        run_daemon(cfg, planner, predictor, log_to_stderr=not quiet)
+        extra = list(history or [])
+        run_daemon(
+            cfg,
+            planner,
+            log_to_stderr=not quiet,
+            predictor_factory=lambda: build_predictor(cfg.store, extra, sd / MODEL_FILE),
+        )
     except DaemonError as e:
         fail(str(e))

@@ -804,8 +804,8 @@ def synth(
         typer.Option(
             "--format",
             "-f",
-            help="parquet (job schema; `headway simulate FILE` reads it), csv (job schema columns), or sacct "
-            "(`sacct -P` text: `headway ingest --format sacct --tz UTC FILE`).",
+            help="parquet (job schema; `headway simulate FILE` reads it), csv (plus FILE.mapping.toml for "
+            "`headway ingest --format csv --mapping`), or sacct (`headway ingest --format sacct --tz UTC`).",
         ),
     ] = "parquet",
     profile: Annotated[
@@ -835,9 +835,7 @@ def synth(
 
             pq.write_table(table, out_path, compression="zstd")
         elif fmt == "csv":
-            import pyarrow.csv as pacsv
-
-            pacsv.write_csv(table, out_path)
+            write_csv_with_mapping(table, out_path, mapping_path(out_path))
         else:
             write_sacct(table, str(out_path))
     except ValueError as e:
@@ -876,8 +874,28 @@ def _ingest_hint(fmt: str, path: Path) -> str:
         return f"simulate it directly: headway simulate {path}"
     if fmt == "sacct":
         return f"ingest it: headway ingest --format sacct --tz UTC {path}"
-    return (
-        f"simulate it after converting, or use --format parquet / sacct; columns are the job schema ({path})"
+    return f"ingest it: headway ingest --format csv --mapping {mapping_path(path)} {path}"
+
+
+def mapping_path(csv_path: Path) -> Path:
+    return csv_path.with_name(csv_path.stem + ".mapping.toml")
+
+
+def write_csv_with_mapping(table: pa.Table, csv_path: Path, toml_path: Path) -> None:
+    """The job schema as CSV (times as epoch microseconds) plus the `--mapping` TOML that reads it back."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    from headway.schema import TS
+
+    cols = [c.cast(pa.int64()) if c.type == TS else c for c in table.columns]
+    pacsv.write_csv(pa.Table.from_arrays(cols, names=table.column_names), csv_path)
+    fields = "\n".join(f'{name} = "{name}"' for name in table.column_names if name != "source")
+    toml_path.write_text(
+        "# Written by `headway synth`: reads the CSV next to it with `headway ingest --format csv`.\n"
+        '[format]\ndelimiter = ","\ntime_format = "epoch"\nepoch_unit = "us"\ntimezone = "UTC"\n'
+        'time_limit_unit = "s"\nmem_unit = "mb"\n\n[fields]\n' + fields + "\n",
+        encoding="utf-8",
     )
 
 

@@ -51,7 +51,15 @@ from headway.local.core import (
     Tick,
 )
 from headway.local.db import StateDB
-from headway.local.paths import DAEMON_LOCK, DAEMON_LOG, JOB_STORE, STATE_DB, log_paths, socket_path
+from headway.local.paths import (
+    DAEMON_LOCK,
+    DAEMON_LOG,
+    JOB_STORE,
+    MODEL_FILE,
+    STATE_DB,
+    log_paths,
+    socket_path,
+)
 from headway.local.views import JobViews
 
 log = logging.getLogger("headway.daemon")
@@ -103,11 +111,25 @@ def _peer(sock: socket.socket) -> Caller:
 
 
 class Daemon:
-    def __init__(self, cfg: DaemonConfig, planner: Planner, predictor: Any = None) -> None:
+    def __init__(
+        self,
+        cfg: DaemonConfig,
+        planner: Planner,
+        predictor: Any = None,
+        predictor_factory: Callable[[], Any] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.state_dir = cfg.state_dir
         self.core = QueueCore(cfg.gpu_ids, planner)
         self.predictor = predictor  # headway.predict.api.OnlinePredictor, or None
+        # Building the predictor (imports, reading the store, training) runs in a thread after the
+        # socket is up; until it is ready, nothing is started, so the order never misses predictions.
+        self.predictor_factory = predictor_factory
+        self._loading: asyncio.Future[Any] | None = None
+        self._loading_since = 0.0
+        self._loading_kind = "load"
+        self._ended_while_loading: list[LocalJob] = []
+        self._gave_up_waiting = False
         self.db: StateDB | None = None
         self.views: JobViews | None = None
         self.children: dict[tuple[int, int], subprocess.Popen[bytes]] = {}
@@ -305,6 +327,9 @@ class Daemon:
         book = getattr(self.core.planner, "book", None)
         if book is not None and job.end_time is not None:
             book.add(job.user, job.name, job.state.value, float(job.gpus), job.start_time, job.end_time)
+        if self._loading is not None:
+            self._ended_while_loading.append(job)
+            return
         if self.predictor is None or job.start_time is None:
             return
         from headway.local.ordering import ended_for_predictor
@@ -363,21 +388,25 @@ class Daemon:
             return
         self._apply(self.core.handle(*events))
 
-    _last_retrain: float = 0.0
-
     def retrain(self, now: float) -> None:
-        """Let the predictor retrain when it is due; then refresh every pending job's prediction."""
+        """Let the predictor retrain (in a thread) when it is due; the new model is saved in the state dir.
+
+        While the predictor is busy, requests are served but nothing is started, so no job is ordered
+        without its prediction; ends seen meanwhile are fed to it afterwards."""
         self._last_retrain = now
-        if self.predictor is None:
+        if self.predictor is None or self._loading is not None:
             return
-        try:
-            if not self.predictor.maybe_retrain(now):
-                return
-        except Exception:
-            log.exception("predictor retraining failed; keeping the old model")
-            return
-        log.info("predictor retrained; refreshing predictions of pending jobs")
-        self.predict_new(now, refresh=True)
+        self._loading_kind = "retrain"
+        self._loading_since = now
+        self._loading = asyncio.get_running_loop().run_in_executor(None, self._retrain_job, now)
+
+    def _retrain_job(self, now: float) -> bool:
+        if not self.predictor.maybe_retrain(now):
+            return False
+        model = getattr(self.predictor, "model", None)
+        if model is not None and hasattr(model, "save"):
+            model.save(self.state_dir / MODEL_FILE)
+        return True
 
     def schedule(self, now: float) -> None:
         self.predict_new(now)
@@ -385,11 +414,51 @@ class Daemon:
         self.last_tick = now
         self._apply(self.core.handle(Tick(now)), now)
 
+    async def _pause(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wake.wait(), timeout=self.cfg.poll)
+        self.wake.clear()
+
+    def _predictor_ready(self, now: float) -> bool:
+        """Swap in the predictor once its thread is done (or give up waiting after a minute)."""
+        fut = self._loading
+        assert fut is not None
+        if not fut.done():
+            if now - self._loading_since < 60.0:
+                return False
+            if not self._gave_up_waiting:
+                log.warning("the predictor is still loading after 60 s; scheduling without it meanwhile")
+                self._gave_up_waiting = True
+            return True
+        self._loading = None
+        try:
+            result = fut.result()
+        except Exception:
+            log.exception("predictor %s failed; carrying on without it", self._loading_kind)
+            result = None
+        if self._loading_kind == "load":
+            self.predictor = result
+            log.info("predictor ready (%.1f s)", now - self._loading_since)
+        elif result:
+            log.info(
+                "predictor retrained (%.1f s); refreshing pending jobs' predictions",
+                now - self._loading_since,
+            )
+        for job in self._ended_while_loading:
+            self._observe(job)
+        self._ended_while_loading.clear()
+        self.predict_new(now, refresh=True)
+        self.dirty = True
+        return True
+
     async def watch(self) -> None:
         while not self.stopping:
             try:
                 self.poll_runs()
                 now = time.time()
+                if self._loading is not None and not self._predictor_ready(now):
+                    await self._pause()
+                    continue
                 plan = self.core.last_plan
                 wake = plan is not None and plan.wake_at is not None and now >= plan.wake_at
                 if self.dirty or wake or now - self.last_tick > 5.0:
@@ -411,6 +480,8 @@ class Daemon:
     def flush_store_soon(self) -> None:
         if self._flush_task is not None and not self._flush_task.done():
             return
+        if self._loading is not None and self._loading_kind == "load":
+            return  # the predictor's thread is reading the store; write after it
         if time.time() - self._last_flush < 1.0:
             return
         rows = self._db().unstored()
@@ -457,6 +528,10 @@ class Daemon:
             self.cfg.policy,
             path,
         )
+        if self.predictor_factory is not None:
+            self._loading_since = time.time()
+            self._loading_kind = "load"
+            self._loading = loop.run_in_executor(None, self.predictor_factory)
         watcher = loop.create_task(self.watch())
         async with server:
             while not self.stopping:
@@ -522,6 +597,8 @@ class Daemon:
             "store": str(self.cfg.store),
             "note": self.cfg.gpu_note,
             "you": caller.uid,
+            # False while the predictor loads at start-up: requests are served, nothing starts yet
+            "ready": not (self._loading is not None and self._loading_kind == "load"),
         }
 
     def op_submit(self, caller: Caller, msg: dict[str, Any]) -> dict[str, Any]:
@@ -691,9 +768,13 @@ def setup_logging(state_dir: Path, to_stderr: bool) -> None:
 
 
 def run_daemon(
-    cfg: DaemonConfig, planner: Planner, predictor: Any = None, log_to_stderr: bool = True
+    cfg: DaemonConfig,
+    planner: Planner,
+    predictor: Any = None,
+    log_to_stderr: bool = True,
+    predictor_factory: Callable[[], Any] | None = None,
 ) -> None:
     """Run in the foreground until SIGTERM/SIGINT (ready for a systemd unit)."""
-    d = Daemon(cfg, planner, predictor)
+    d = Daemon(cfg, planner, predictor, predictor_factory)
     d.open(log_to_stderr)
     asyncio.run(d.serve())

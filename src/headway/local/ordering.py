@@ -274,11 +274,12 @@ def load_book(state_dir: Path) -> UsageBook:
     return book
 
 
-def build_predictor(store: Path, extra: Sequence[Path] = (), now: float | None = None) -> Any:
-    """The shared online predictor, warmed with every ended job in the job store(s) and trained if there
-    are enough of them; a fresh queue starts with the predictor's cold-start fallbacks."""
-    import time
-
+def build_predictor(store: Path, extra: Sequence[Path] = (), model: Path | None = None) -> Any:
+    """The shared online predictor, warmed with every ended job in the job store(s), with the model the
+    daemon saved last (if any). It does not train here: a restart must be quick. Until the daemon's first
+    retraining, a queue without a saved model uses the predictor's cold-start fallbacks, which already
+    follow each user's and job name's record."""
+    from headway.predict.model import ModelFileError, Predictor
     from headway.predict.online import OnlinePredictor
     from headway.schema import ENDED_STATES
     from headway.store import JobStore, StoreError
@@ -313,5 +314,14 @@ def build_predictor(store: Path, extra: Sequence[Path] = (), now: float | None =
             time_limit=float(r["time_limit"]) if r["time_limit"] is not None else None,
         )
         pred.observe_end(EndedJob(job, start, end, r["state"]))
-    pred.maybe_retrain(time.time() if now is None else now)
+    if model is not None and model.exists():
+        try:
+            pred.model = Predictor.load(model)
+        except (ModelFileError, OSError, ValueError):
+            pass  # a damaged model file: start from the fallbacks, the next retraining replaces it
+        else:
+            # The loaded model already covers this history: count retraining from now, not from zero.
+            pred.predict([], model.stat().st_mtime)
+            pred._new_since_train = 0
+            pred._last_train = model.stat().st_mtime
     return pred

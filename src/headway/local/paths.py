@@ -11,6 +11,7 @@ STATE_DB = "queue.sqlite"
 DAEMON_LOG = "daemon.log"
 DAEMON_LOCK = "daemon.lock"
 JOB_STORE = "jobs.duckdb"
+MODEL_FILE = "predictor.json"  # the predictor's latest model, so a restart need not retrain
 
 
 def default_state_dir() -> Path:

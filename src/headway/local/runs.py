@@ -85,12 +85,14 @@ class RunView:
 def inspect(rdir: Path) -> RunView:
     """Classify an attempt. Never blocks; the lock tells a live supervisor from a dead one."""
     status = read_json(rdir / STATUS)
+    # Test for the claim first and read it after: a claim never disappears, and it is created whole
+    # (link), so reading it once it exists cannot see a claim that is "not yet there" any more.
+    if not (rdir / CLAIM).exists():
+        return RunView("unclaimed")
     claim = read_json(rdir / CLAIM)
     if status is not None:
         return RunView("ended", claim, status)
-    if not (rdir / CLAIM).exists():
-        return RunView("unclaimed")
-    if claim is None or claim.get("by") != "supervisor":
+    if claim is not None and claim.get("by") == "daemon":
         return RunView("abandoned", claim)
     try:
         fd = os.open(rdir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)

@@ -62,7 +62,7 @@ def place(
     if whole == 0:
         if milli == 0:
             return Allocation((), ())
-        return _place_fraction(how, share, milli)
+        return _place_fraction(how, share, milli, free, rack, n_racks)
     if how == "topology":
         return _topology(free, rack, n_racks, whole, max_nodes)
     if how == "first-fit":
@@ -70,17 +70,30 @@ def place(
     raise ValueError(f"unknown placement {how!r}; choose one of {', '.join(PLACEMENTS)}")
 
 
-def _place_fraction(how: str, share: I64, milli: int) -> Allocation | None:
+def _place_fraction(
+    how: str, share: I64, milli: int, free: I64 | None = None, rack: I64 | None = None, n_racks: int = 1
+) -> Allocation | None:
     ok = share >= milli
     if how == "first-fit":
         flat = int(np.argmax(ok))
         if not ok.flat[flat]:
             return None
     else:
+        # Tightest GPU first; among equally free GPUs, the node with the fewest whole free GPUs, then the
+        # tightest rack, so that empty GPUs, nodes and racks stay whole for the jobs that need them.
         cand = np.where(ok, share, _BIG)
-        flat = int(np.argmin(cand))
-        if cand.flat[flat] >= _BIG:
+        smin = int(cand.min())
+        if smin >= _BIG:
             return None
+        rows, cols = np.nonzero(cand == smin)
+        if free is None or len(rows) == 1:
+            return Allocation((int(rows[0]),), (0,), int(cols[0]), milli)
+        key = free[rows].astype(np.int64)
+        if rack is not None:
+            rack_free = np.bincount(rack, weights=free, minlength=n_racks).astype(np.int64)
+            key = np.minimum(key, 1023) * (1 << 32) + rack_free[rack[rows]]
+        j = int(np.argmin(key))
+        return Allocation((int(rows[j]),), (0,), int(cols[j]), milli)
     node, gpu = divmod(flat, share.shape[1])
     return Allocation((node,), (0,), gpu, milli)
 
@@ -134,9 +147,11 @@ def _tightest_for_rest(free: I64, chosen: list[int], candidates: list[int], rest
 
 
 def _topology(free: I64, rack: I64, n_racks: int, g: int, max_nodes: int) -> Allocation | None:
-    cand = np.where(free >= g, free, _BIG)
-    i = int(np.argmin(cand))
-    if cand[i] < _BIG:  # one node: the tightest that holds it
+    ok1 = free >= g
+    if ok1.any():  # one node: in the tightest rack that holds it, the tightest node
+        rack_free = np.bincount(rack, weights=free, minlength=n_racks).astype(np.int64)
+        key = np.where(ok1, rack_free[rack] * 1024 + np.minimum(free, 1023), _BIG)
+        i = int(np.argmin(key))
         return Allocation((i,), (g,))
     if max_nodes == 1:
         return None

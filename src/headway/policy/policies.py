@@ -116,19 +116,37 @@ class Policy:
         free, share = view.free.copy(), view.share.copy()
         gpus, max_nodes = p.gpus, p.max_nodes
         whole = np.where(gpus >= 1.0, np.ceil(gpus - 1e-9), 0).astype(np.int64)
+        milli = np.where((gpus > 0) & (gpus < 1.0), np.maximum(1, np.round(gpus * FULL_SHARE)), 0)
         starts: list[Start] = []
         taken: list[tuple[list[tuple[int, int]], int]] = []  # (gpus used, pending pos) in this pass
         reservation: Reservation | None = None
         order = ranking.order
+        fmax, ftot, smax = int(free.max(initial=0)), int(free.sum()), int(share.max(initial=0))
+        if self.mode == "greedy":
+            # Free GPUs only shrink during a pass, so what cannot fit now is dropped in one step.
+            fits = np.where(whole > 0, whole <= np.where(max_nodes > 1, ftot, fmax), milli <= smax)
+            order = order[fits[order]]
         i, n = 0, len(order)
         # Phase 1: in rank order, start what fits until the first job that does not (or all, greedy).
         while i < n:
             pos = int(order[i])
             i += 1
-            alloc = self._try(free, share, view.rack, view.n_racks, gpus[pos], int(max_nodes[pos]), whole[pos])
+            w = int(whole[pos])
+            if w > 0:
+                feasible = w <= (ftot if max_nodes[pos] > 1 else fmax)
+            else:
+                feasible = milli[pos] <= smax
+            alloc = (
+                place(self.placement, free, share, view.rack, view.n_racks, gpus[pos], int(max_nodes[pos]))
+                if feasible
+                else None
+            )
             if alloc is not None:
                 taken.append((take(free, share, alloc), pos))
                 starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc))
+                fmax, ftot, smax = int(free.max(initial=0)), int(free.sum()), int(share.max(initial=0))
+                if self.mode == "greedy" and smax <= 0 and not (milli[order[i:]] == 0).any():
+                    break
                 continue
             if self.mode == "greedy":
                 continue
@@ -150,17 +168,24 @@ class Policy:
             tested = 0
             cand = order[i:]
             # Necessary condition (free only shrinks in a pass): filter in one vectorised step.
-            fmax = int(free.max(initial=0))
-            ok = np.where(max_nodes[cand] > 1, whole[cand] <= int(free.sum()), whole[cand] <= fmax)
+            ok = np.where(
+                whole[cand] > 0, whole[cand] <= np.where(max_nodes[cand] > 1, ftot, fmax), milli[cand] <= smax
+            )
+            spmax, sptot = int(spare.max(initial=0)), int(spare.sum())
             for pos in cand[ok].tolist():
-                if tested >= self.backfill_depth:
+                if tested >= self.backfill_depth or (ftot == 0 and smax <= 0):
                     break
                 tested += 1
                 ends_before = snap.now + est[pos] <= shadow
-                pool = free if ends_before else spare
-                if whole[pos] > 0 and int(pool.max(initial=0)) == 0:
+                w, m = int(whole[pos]), int(max_nodes[pos])
+                if w > 0:
+                    cap_max, cap_tot = (fmax, ftot) if ends_before else (spmax, sptot)
+                    if w > (cap_tot if m > 1 else cap_max):
+                        continue
+                elif milli[pos] > smax:
                     continue
-                alloc = self._try(pool, share, view.rack, view.n_racks, gpus[pos], int(max_nodes[pos]), whole[pos])
+                pool = free if ends_before else spare
+                alloc = place(self.placement, pool, share, view.rack, view.n_racks, gpus[pos], m)
                 if alloc is None:
                     continue
                 whole_taken = alloc.counts if alloc.frac_gpu < 0 else (
@@ -175,6 +200,8 @@ class Policy:
                     spare[nd] = min(int(spare[nd]) - (0 if ends_before else c), int(free[nd]))
                 taken.append((used, pos))
                 starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc, backfill=True))
+                fmax, ftot, smax = int(free.max(initial=0)), int(free.sum()), int(share.max(initial=0))
+                spmax, sptot = int(spare.max(initial=0)), int(spare.sum())
         started = {s.key for s in starts}
         preempt, more = self.preemptions(snap, ranking, free, share, started)
         starts.extend(more)

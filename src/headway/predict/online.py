@@ -96,6 +96,7 @@ class OnlinePredictor:
         self.state = RollingState()
         self.trainings = 0
         self._rows: dict[str, _Row] = {}
+        self._preds: dict[str, tuple[float, float, float, float]] = {}
         self._ends: list[tuple[float, int, EndedJob]] = []  # ends reported but not yet in the past
         self._seq = 0
         self._history = _History()
@@ -114,10 +115,24 @@ class OnlinePredictor:
         if not jobs:
             empty = np.zeros(0)
             return Predictions(empty, empty, empty, empty)
-        X, cats, tl = self._matrix(jobs)
-        if self.model is None:
-            return fallback_predictions(X, tl)
-        return self.model.predict_design(self.model.design(X, cats), tl)
+        # A job's feature row is fixed once served, so its prediction only changes when the model does.
+        cache = self._preds
+        todo = [j for j in jobs if j.job_id not in cache]
+        if todo:
+            X, cats, tl = self._matrix(todo)
+            if self.model is None:
+                p = fallback_predictions(X, tl)
+            else:
+                p = self.model.predict_design(self.model.design(X, cats), tl)
+            for k, j in enumerate(todo):
+                cache[j.job_id] = (p.p_success[k], p.runtime[k], p.runtime_p90[k], p.time_to_failure[k])
+        vals = np.array([cache[j.job_id] for j in jobs], dtype=np.float64).reshape(len(jobs), 4)
+        return Predictions(
+            p_success=vals[:, 0].copy(),
+            runtime=vals[:, 1].copy(),
+            runtime_p90=vals[:, 2].copy(),
+            time_to_failure=vals[:, 3].copy(),
+        )
 
     def maybe_retrain(self, now: float) -> bool:
         """Retrain when `retrain_every` jobs ended, or a day passed with some new ends, since the last time."""
@@ -132,6 +147,7 @@ class OnlinePredictor:
         if frame.success.all() or not frame.success.any():
             return False
         self.model = Predictor.fit(frame, np.arange(len(frame)), self.config)
+        self._preds.clear()
         self.trainings += 1
         self._new_since_train = 0
         self._last_train = now
@@ -144,6 +160,7 @@ class OnlinePredictor:
             _, _, e = heapq.heappop(self._ends)
             j = e.job
             row = self._rows.pop(j.job_id, None) or self._row(j)
+            self._preds.pop(j.job_id, None)
             self.state.observe_end(j.user, j.group, j.name, j.gpus, e.start_time, e.end_time, e.state)
             h = self._history
             h.hist.append(row.hist)

@@ -77,23 +77,27 @@ class EngineOptions:
     log_decisions: bool = False
 
 
-@dataclass(slots=True)
-class _Buf:
-    """A dense set of job keys with O(1) add and swap-remove; `pos[key]` is its slot or -1."""
+class _Set:
+    """A dense set of job keys with O(1) add and swap-remove, plus per-key columns kept alongside, so
+    a snapshot copies contiguous slices instead of gathering from million-row arrays."""
 
-    keys: I64
-    pos: I64
-    n: int = 0
-
-    @classmethod
-    def make(cls, size: int) -> _Buf:
-        return cls(np.empty(max(size, 1), dtype=np.int64), np.full(max(size, 1), -1, dtype=np.int64))
+    def __init__(self, size: int, sources: dict[str, np.ndarray]) -> None:  # type: ignore[type-arg]
+        size = max(size, 1)
+        self.keys: I64 = np.empty(size, dtype=np.int64)
+        self.pos: I64 = np.full(size, -1, dtype=np.int64)
+        self.n = 0
+        self.sources = sources
+        self.cols = {name: np.empty(size, dtype=src.dtype) for name, src in sources.items()}
+        self._pairs = [(self.cols[name], src) for name, src in sources.items()]
 
     def add(self, key: int) -> int:
-        self.keys[self.n] = key
-        self.pos[key] = self.n
-        self.n += 1
-        return self.n - 1
+        i = self.n
+        self.keys[i] = key
+        self.pos[key] = i
+        for buf, src in self._pairs:
+            buf[i] = src[key]
+        self.n = i + 1
+        return i
 
     def remove(self, key: int) -> int:
         """Remove `key`; returns the key moved into its slot (or -1)."""
@@ -104,13 +108,23 @@ class _Buf:
             moved = int(self.keys[last])
             self.keys[i] = moved
             self.pos[moved] = i
+            for buf, _ in self._pairs:
+                buf[i] = buf[last]
         self.pos[key] = -1
         self.n = last
         return moved
 
+    def refresh(self, names: tuple[str, ...]) -> None:
+        """Re-read columns from their sources (after a re-prediction)."""
+        k = self.keys[: self.n]
+        for name in names:
+            self.cols[name][: self.n] = self.sources[name][k]
+
     def view(self) -> I64:
-        v = self.keys[: self.n]
-        return v
+        return self.keys[: self.n]
+
+    def col(self, name: str) -> np.ndarray:  # type: ignore[type-arg]
+        return self.cols[name][: self.n].copy()
 
 
 def _ro(a: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
@@ -160,7 +174,16 @@ class Engine:
         used_gpus: dict[int, list[tuple[int, int]]] = {}
         n_names = int(J.name_key.max(initial=-1)) + 2
         streak = np.zeros(n_names, dtype=np.int64)  # last slot (-1) stays 0: unnamed jobs never hold
-        pend, runb = _Buf.make(n), _Buf.make(n)
+        pend = _Set(n, {
+            "job_id": J.job_id, "user": J.user, "klass": J.klass, "submit": J.submit, "gpus": J.gpus,
+            "max_nodes": max_nodes, "time_limit": J.time_limit, "p_success": p_succ, "runtime": r_pred,
+            "runtime_p90": r_p90, "time_to_failure": ttf, "attained": attained, "last_stop": last_stop,
+            "name_key": J.name_key, **({"oracle": T.runtime} if pol.oracle else {}),
+        })
+        runb = _Set(n, {
+            "job_id": J.job_id, "user": J.user, "klass": J.klass, "gpus": J.gpus, "start": run_start,
+            "time_limit": J.time_limit, "runtime": r_pred, "runtime_p90": r_p90, "attained": attained,
+        })
         pend_sizes: Counter[tuple[int, int]] = Counter()  # (whole, max_nodes) of pending whole-GPU jobs
         pend_milli: Counter[int] = Counter()
         n_users = len(J.users)
@@ -279,19 +302,18 @@ class Engine:
         cview = C.view()
 
         def snapshot(now: float) -> Snapshot:
-            # Gathered columns are fresh copies (the engine never sees them again); views of live
-            # state are read-only.
-            pk = pend.keys[: pend.n].copy()
-            rk = runb.keys[: runb.n].copy()
-            tlim = J.time_limit
+            # Columns are fresh copies of contiguous slices; views of live state are read-only.
+            c = pend.col
             pending = PendingJobs(
-                pk, J.job_id[pk], J.user[pk], J.klass[pk], J.submit[pk], J.gpus[pk], max_nodes[pk],
-                tlim[pk], p_succ[pk], r_pred[pk], r_p90[pk], ttf[pk], attained[pk], last_stop[pk],
-                streak[J.name_key[pk]], T.runtime[pk] if pol.oracle else None,
+                pend.keys[: pend.n].copy(), c("job_id"), c("user"), c("klass"), c("submit"), c("gpus"),
+                c("max_nodes"), c("time_limit"), c("p_success"), c("runtime"), c("runtime_p90"),
+                c("time_to_failure"), c("attained"), c("last_stop"), streak[pend.cols["name_key"][: pend.n]],
+                c("oracle") if pol.oracle else None,
             )
+            r = runb.col
             running = RunningJobs(
-                rk, J.job_id[rk], J.user[rk], J.klass[rk], J.gpus[rk], run_start[rk], tlim[rk],
-                r_pred[rk], r_p90[rk], attained[rk], np.ones(len(rk), dtype=bool),
+                runb.keys[: runb.n].copy(), r("job_id"), r("user"), r("klass"), r("gpus"), r("start"),
+                r("time_limit"), r("runtime"), r("runtime_p90"), r("attained"), np.ones(runb.n, dtype=bool),
             )
             return Snapshot(now, passes, pending, running, cview, J.users, J.classes, usage.copy(), ro_users)
 
@@ -308,6 +330,7 @@ class Engine:
             for s in dec.start:
                 k = s.key
                 drop_pending(k)
+                run_start[k] = now
                 slot = runb.add(k)
                 used_gpus[k] = C.allocate(s.alloc, slot)
                 if math.isnan(first_start[k]):
@@ -376,6 +399,7 @@ class Engine:
                 next_retrain = (math.floor(now / self.opts.retrain_every_s) + 1) * self.opts.retrain_every_s
                 if retrained and 0 < pend.n <= self.opts.repredict_limit:
                     predict(pend.view().tolist(), now)
+                    pend.refresh(("p_success", "runtime", "runtime_p90", "time_to_failure"))
             if arrivals:
                 predict(arrivals, now)
                 for k in arrivals:

@@ -15,9 +15,13 @@ from headway.sim.result import SimResult
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 
 
-def _fmt(v: MetricValue) -> str:
+def _fmt(name: str, v: MetricValue) -> str:
     if v is None:
         return "-"
+    if name.startswith(("time_to_success", "queue_delay", "jct")):
+        return f"{float(v) / 3600:,.1f} h"
+    if name == "utilisation":
+        return f"{100 * float(v):.1f}%"
     if isinstance(v, int):
         return f"{v:,}"
     return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.0f}"
@@ -103,12 +107,12 @@ def render(
         ),
     ]
     divs = [pio.to_html(f, full_html=False, include_plotlyjs=False) for f in figs]
-    head = "".join(f"<th>{html.escape(k)}</th>" for k in ("policy", *HEADLINE))
+    head = "".join(f"<th>{html.escape(k.replace('_', ' '))}</th>" for k in ("policy", *HEADLINE))
     rows = "".join(
         "<tr><td>"
         + html.escape(p)
         + "</td>"
-        + "".join(f"<td>{_fmt(m.get(k))}</td>" for k in HEADLINE)
+        + "".join(f"<td>{_fmt(k, m.get(k))}</td>" for k in HEADLINE)
         + "</tr>"
         for p, m in metrics.items()
     )
@@ -120,6 +124,8 @@ def render(
 body {{ font-family: system-ui, sans-serif; margin: 24px; color: #222; }}
 table {{ border-collapse: collapse; font-size: 13px; }}
 th, td {{ border: 1px solid #ddd; padding: 4px 8px; text-align: right; }}
+th {{ max-width: 110px; font-weight: 600; vertical-align: bottom; }}
+.wide {{ overflow-x: auto; }}
 th:first-child, td:first-child {{ text-align: left; }}
 .grid {{ display: grid; grid-template-columns: repeat(auto-fit, minmax(560px, 1fr)); gap: 12px; }}
 </style>
@@ -127,8 +133,8 @@ th:first-child, td:first-child {{ text-align: left; }}
 </head><body>
 <h1>{html.escape(title)}</h1>
 <p>{html.escape(subtitle)}</p>
-<p>Times in seconds, GPU-hours in hours; definitions in docs/simulate.md. Generated {stamp}.</p>
-<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>
+<p>Times in hours; definitions in docs/simulate.md. Generated {stamp}.</p>
+<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>
 <ul>{note_html}</ul>
 <div class="grid">{"".join(f"<div>{d}</div>" for d in divs)}</div>
 </body></html>

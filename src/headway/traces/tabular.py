@@ -77,12 +77,15 @@ class RawColumns:
         file: str,
         header: list[str],
         pieces: list[tuple[pa.Array | None, list[Any] | None, int]],
-        lines: np.ndarray,
+        lines: np.ndarray | Callable[[], np.ndarray],
         bad: list[tuple[int, str]],
+        num_rows: int | None = None,
     ) -> None:
         self.file = file
         self.header = header
-        self.lines = lines  # 1-based line number of each row
+        # 1-based line number of each row, or a function computing them when first needed (bad rows only).
+        self._lines = lines
+        self._num_rows = num_rows if num_rows is not None else len(lines)  # type: ignore[arg-type]
         self.bad = bad  # rows with the wrong number of fields: (line, reason)
         # Each piece is (flat values of rows with len(header) fields, None, rows) or (None, columns, rows).
         self._pieces = pieces
@@ -94,7 +97,13 @@ class RawColumns:
 
     @property
     def num_rows(self) -> int:
-        return len(self.lines)
+        return self._num_rows
+
+    @property
+    def lines(self) -> np.ndarray:
+        if callable(self._lines):
+            self._lines = self._lines()
+        return self._lines
 
     @property
     def names(self) -> list[str]:
@@ -343,31 +352,30 @@ def _line_table(path: Path, sep: str) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 
 def _read_unquoted_fast(path: Path, sep: str, progress: Callable[[int], None] | None) -> RawColumns | None:
-    """The fast path for unquoted files (sacct -P): pyarrow's multi-threaded CSV parser does the splitting,
-    a numpy pass over the bytes gives every row its line number. None means: use the general path."""
+    """The fast path for unquoted files (sacct -P): pyarrow's multi-threaded CSV parser does the splitting.
+    Line numbers come from a numpy pass over the bytes, made only when some row turns out bad.
+    None means: use the general path."""
     import pyarrow.csv as pacsv
 
-    lines = _line_table(path, sep)
-    if lines is None:
-        return None
-    numbers, length, nsep, first = lines
-    if length[0] == 0:
-        return None  # blank lines before the header: the general path handles them
+    with open(path, "rb") as fh:
+        head = fh.read(64 * 1024)
+    first = head.split(b"\n", 1)[0].rstrip(b"\r")
+    if not first.strip():
+        return None  # empty file, or blank lines before the header: the general path handles them
     try:
-        header_text = first.decode("utf-8").rstrip("\r")
+        header_text = first.decode("utf-8")
     except UnicodeDecodeError:
         return None
     header = [h.strip().lstrip("\ufeff") for h in header_text.split(sep)]
     ncols = len(header)
     if ncols < 2:
         return None
-    data = slice(1, None)
-    nonblank = length[data] > 0
-    valid = nonblank & (nsep[data] == ncols - 1)
-    bad = [
-        (int(n), _count_reason(int(c) + 1, ncols))
-        for n, c in zip(numbers[data][nonblank & ~valid], nsep[data][nonblank & ~valid], strict=True)
-    ]
+    invalid: list[int] = []
+
+    def on_invalid(row: Any) -> str:
+        invalid.append(row.actual_columns)
+        return "skip"
+
     names = [f"c{i}" for i in range(ncols)]
     source: Any = _CountingFile(path, progress) if progress else str(path)
     try:
@@ -380,7 +388,7 @@ def _read_unquoted_fast(path: Path, sep: str, progress: Callable[[int], None] | 
                 escape_char=False,
                 newlines_in_values=False,
                 ignore_empty_lines=True,
-                invalid_row_handler=lambda row: "skip",
+                invalid_row_handler=on_invalid,
             ),
             convert_options=pacsv.ConvertOptions(
                 column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=False
@@ -391,10 +399,37 @@ def _read_unquoted_fast(path: Path, sep: str, progress: Callable[[int], None] | 
     finally:
         if progress:
             source.close()
-    row_lines = numbers[data][valid]
-    if table.num_rows != len(row_lines):
-        return None  # the two passes disagree about rows: trust the general path
-    return RawColumns(str(path), header, [(None, table.columns, table.num_rows)], row_lines, bad)
+    n = table.num_rows
+    pieces: list[tuple[pa.Array | None, list[Any] | None, int]] = [(None, table.columns, n)]
+
+    def numbering() -> tuple[np.ndarray, list[tuple[int, str]]] | None:
+        lt = _line_table(path, sep)
+        if lt is None:
+            return None
+        numbers, length, nsep, _ = lt
+        nonblank = length[1:] > 0
+        valid = nonblank & (nsep[1:] == ncols - 1)
+        wrong = nonblank & ~valid
+        bad = [
+            (int(k), _count_reason(int(c) + 1, ncols))
+            for k, c in zip(numbers[1:][wrong], nsep[1:][wrong], strict=True)
+        ]
+        rows = numbers[1:][valid]
+        return (rows, bad) if len(rows) == n else None
+
+    if invalid:
+        # Some rows have the wrong number of fields: number every line now to report them.
+        got = numbering()
+        if got is None:
+            return None
+        return RawColumns(str(path), header, pieces, got[0], got[1])
+
+    def lazy_lines() -> np.ndarray:
+        got = numbering()
+        # Without bad field counts, rows are the non-blank lines after the header, in order.
+        return got[0] if got is not None else np.arange(2, n + 2, dtype=np.int64)
+
+    return RawColumns(str(path), header, pieces, lazy_lines, [], num_rows=n)
 
 
 def _header_fields(line: str, sep: str, quoting: bool) -> list[str]:
@@ -420,6 +455,15 @@ def head_fields(head: bytes, sep: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- converting
+
+
+def with_nulls(values: pa.Array, null_mask: pa.Array) -> pa.Array:
+    """`values` with nulls where `null_mask` is true, sharing the string data (no copy)."""
+    valid = pc.and_(pc.invert(pc.fill_null(null_mask, False)), pc.is_valid(values))
+    if not isinstance(values, pa.StringArray) or values.offset != 0 or valid.offset != 0:
+        return pc.if_else(valid, values, pa.scalar(None, values.type))
+    bufs = values.buffers()
+    return pa.Array.from_buffers(values.type, len(values), [valid.buffers()[1], bufs[1], bufs[2]])
 
 
 class Frame:
@@ -453,7 +497,7 @@ class Frame:
         if key not in self._clean:
             s = pc.utf8_trim_whitespace(values) if self.trim else values
             is_null = pc.is_in(s, value_set=pa.array(list(nulls), pa.string()))
-            self._clean[key] = pc.if_else(is_null, pa.scalar(None, pa.string()), s)
+            self._clean[key] = with_nulls(s, is_null)
         return self._clean[key]
 
     def text(self, values: pa.Array | None) -> pa.Array:

@@ -2,7 +2,7 @@
 
 Everything lives in one directory (config through SLURM_CONF, state, logs, a private munged socket and a
 private MariaDB on a TCP port), so nothing under /etc is touched. Used by the session fixture in
-tests/test_slurm_live.py, and by hand: `python tests/slurm/cluster.py start DIR` / `stop DIR`.
+tests/test_slurm_live.py, and by hand: `python tests/slurm/slurm_cluster.py start DIR` / `stop DIR`.
 """
 
 from __future__ import annotations
@@ -368,7 +368,7 @@ def _processes_of(conf: Path) -> list[int]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in ("start", "stop"):
-        print("usage: cluster.py start|stop DIR", file=sys.stderr)
+        print("usage: slurm_cluster.py start|stop DIR", file=sys.stderr)
         return 2
     cdir = Path(argv[1]).resolve()
     if argv[0] == "start":

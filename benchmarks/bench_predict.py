@@ -1,0 +1,104 @@
+"""Predictor speed: features + training on a generated 1M-job history (target <= 60 s), and predicting
+10k pending jobs (target <= 100 ms). Run: .venv/bin/python benchmarks/bench_predict.py [--jobs N]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+
+from headway.predict.api import SubmittedJob
+from headway.predict.features import build_features
+from headway.predict.model import Predictor
+from headway.predict.online import OnlinePredictor
+from headway.predict.synthetic import make_history
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--jobs", type=int, default=1_000_000)
+    ap.add_argument("--pending", type=int, default=10_000)
+    ap.add_argument("--repeat", type=int, default=1, help="runs of features + training (median reported)")
+    args = ap.parse_args()
+
+    t = time.perf_counter()
+    table = make_history(args.jobs, seed=1)
+    print(f"generated {args.jobs:,} jobs in {time.perf_counter() - t:.1f}s (not counted)")
+
+    feat_s, train_s = [], []
+    model = None
+    frame = None
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        frame = build_features(table)
+        t1 = time.perf_counter()
+        model = Predictor.fit(frame)
+        t2 = time.perf_counter()
+        feat_s.append(t1 - t0)
+        train_s.append(t2 - t1)
+        print(f"features {t1 - t0:.1f}s + training {t2 - t1:.1f}s = {t2 - t0:.1f}s ({model.meta['models']})")
+    assert model is not None and frame is not None
+    total = [a + b for a, b in zip(feat_s, train_s, strict=True)]
+
+    # 10k pending jobs: (a) the models on prepared feature rows; (b) the online path with new jobs
+    # (feature rows from the rolling state, then the models); (c) the same jobs asked again (cached).
+    rng = np.random.default_rng(0)
+    idx = rng.choice(len(frame), args.pending, replace=False)
+    sub = frame.take(idx)
+    Xd = model.design(sub.X, sub.cats)
+    model_ms = []
+    for _ in range(7):
+        t = time.perf_counter()
+        model.predict_design(Xd, sub.time_limit)
+        model_ms.append((time.perf_counter() - t) * 1000)
+
+    online = OnlinePredictor(model)
+    recent = frame.take(np.arange(max(0, len(frame) - 100_000), len(frame)))
+    from headway.predict.api import EndedJob
+
+    for k in np.flatnonzero(recent.ended).tolist():
+        j = SubmittedJob(recent.job_id[k], recent.user[k], recent.cats["group"][k], recent.name[k], None, None,
+                         float(recent.submit[k]), float(recent.gpus[k]), 1, None)
+        online.observe_end(EndedJob(j, float(recent.start[k]), float(recent.end[k]), recent.state[k]))
+    now = float(np.nanmax(recent.end)) + 1.0
+    online_ms, cached_ms = [], []
+    for rep in range(5):
+        jobs = [
+            SubmittedJob(f"p{rep}-{i}", sub.user[i], sub.cats["group"][i], sub.name[i], sub.cats["partition"][i],
+                         sub.cats["priority_class"][i], now, float(sub.gpus[i]), 1,
+                         None if np.isnan(sub.time_limit[i]) else float(sub.time_limit[i]))
+            for i in range(args.pending)
+        ]
+        t = time.perf_counter()
+        online.predict(jobs, now)
+        online_ms.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        online.predict(jobs, now)
+        cached_ms.append((time.perf_counter() - t) * 1000)
+
+    res = {
+        "jobs": args.jobs,
+        "features_s_median": statistics.median(feat_s),
+        "training_s_median": statistics.median(train_s),
+        "features_plus_training_s_median": statistics.median(total),
+        "target_features_plus_training_s": 60,
+        "pending": args.pending,
+        "predict_model_ms_median": statistics.median(model_ms),
+        "predict_online_new_jobs_ms_median": statistics.median(online_ms),
+        "predict_online_cached_ms_median": statistics.median(cached_ms),
+        "target_predict_ms": 100,
+    }
+    print(f"features + training: median {res['features_plus_training_s_median']:.1f}s (target <= 60s)")
+    print(
+        f"predict {args.pending:,} pending: models {res['predict_model_ms_median']:.0f} ms, online with new "
+        f"feature rows {res['predict_online_new_jobs_ms_median']:.0f} ms, online cached "
+        f"{res['predict_online_cached_ms_median']:.0f} ms (target <= 100 ms)"
+    )
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()

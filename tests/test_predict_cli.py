@@ -1,0 +1,98 @@
+"""`headway predict train | evaluate | show` from the command line, including bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from headway.cli import app
+from headway.commands.predict import parse_time_limit, suggest_time_limit
+from headway.predict.synthetic import make_history
+from headway.store import JobStore
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("predict") / "jobs.duckdb"
+    with JobStore(path) as store:
+        store.upsert(make_history(2500, seed=8, users=12, days=8))
+    return path
+
+
+def _json(args: list[str]) -> dict[str, object]:
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    out: dict[str, object] = json.loads(res.stdout)
+    return out
+
+
+def test_evaluate_json_has_the_agreed_keys(db: Path) -> None:
+    r = _json(["predict", "evaluate", "--db", str(db), "--json"])
+    for key in ("auc", "brier", "ece", "log_loss", "reliability"):
+        assert key in r
+    base = r["baseline"]
+    assert isinstance(base, dict) and {"auc", "brier", "ece"} <= base.keys()
+    assert "within_50pct" in base["runtime"]
+    assert "within_50pct" in r["runtime"]  # type: ignore[operator]
+    assert r["split"]["test_fraction"] == 0.3  # type: ignore[index]
+
+
+def test_train_then_show_a_stored_job_and_a_pending_spec(db: Path, tmp_path: Path) -> None:
+    model = tmp_path / "m.json"
+    t = _json(["predict", "train", "--db", str(db), "--out", str(model), "--json"])
+    assert model.exists() and t["ended_jobs"] == 2500
+    s = _json(["predict", "show", "42", "--db", str(db), "--model", str(model), "--json"])
+    assert 0 < s["p_success"] < 1  # type: ignore[operator]
+    assert s["runtime_p90_s"] >= s["runtime_s"]  # type: ignore[operator]
+    assert s["suggested_time_limit_s"] >= s["runtime_p90_s"]  # type: ignore[operator]
+    assert s["reasons"]["p_success"]  # type: ignore[index]
+    pend = _json(
+        ["predict", "show", "--db", str(db), "--model", str(model), "--user", "u3", "--name", "exp1",
+         "--gpus", "4", "--time-limit", "2h", "--json"]
+    )
+    assert pend["requested_time_limit_s"] == 7200.0
+    assert pend["runtime_s"] <= 7200.0  # type: ignore[operator]
+    text = runner.invoke(app, ["predict", "show", "42", "--db", str(db), "--model", str(model)])
+    assert text.exit_code == 0 and "suggested" in text.stdout and "what drove" in text.stdout
+
+
+def test_show_without_a_model_file_uses_cold_start_estimates(db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    s = _json(["predict", "show", "7", "--db", str(db), "--json"])
+    assert s["model"] is None and "cold-start" in str(s["note"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["predict", "evaluate", "--db", "nope.duckdb"], "no job store"),
+        (["predict", "evaluate", "--test-fraction", "1.5"], "between 0 and 1"),
+        (["predict", "show"], "give a JOBID"),
+        (["predict", "show", "no-such-job"], "not in the store"),
+        (["predict", "show", "--user", "a", "--time-limit", "soon"], "cannot read"),
+        (["predict", "show", "1", "--model", "missing.json"], "no model file"),
+    ],
+)
+def test_bad_input_gives_one_clear_line(db: Path, args: list[str], message: str, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    if "--db" not in args:
+        args = [*args, "--db", str(db)]
+    res = runner.invoke(app, args)
+    assert res.exit_code != 0
+    assert message in res.output
+    assert "Traceback" not in res.output
+
+
+def test_time_limits_parse_and_suggestions_round_up() -> None:
+    assert parse_time_limit("3600") == 3600
+    assert parse_time_limit("90m") == 5400
+    assert parse_time_limit("1-02:00:00") == 93600
+    assert parse_time_limit("30:00") == 1800
+    assert suggest_time_limit(3600) == 4500  # 1.25 h, already on a 15-minute step
+    assert suggest_time_limit(10) == 900
