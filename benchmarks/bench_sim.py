@@ -79,6 +79,7 @@ def main() -> None:
     proc = psutil.Process()
     rss0 = proc.memory_info().rss
     t1 = time.perf_counter()
+    c1 = time.process_time()
     if a.profile:
         import cProfile
         import pstats
@@ -89,6 +90,7 @@ def main() -> None:
     else:
         res = run_simulation(jobs, spec, policy=a.policy, load=a.load, seed=a.seed, predictor_factory=factory)
     wall = time.perf_counter() - t1
+    cpu = time.process_time() - c1
     rss = proc.memory_info().rss
     n = res.jobs.num_rows
     out = {
@@ -100,7 +102,10 @@ def main() -> None:
         "load": res.load,
         "wall_s": round(wall, 2),
         "engine_s": round(res.wall_seconds, 2),
+        "cpu_s": round(cpu, 2),
         "jobs_per_s": round(n / wall),
+        "jobs_per_cpu_s": round(n / cpu),
+        "load_avg_1m": round(psutil.getloadavg()[0], 2),
         "events": res.events,
         "passes": res.passes,
         "generate_s": round(t_gen, 2),
@@ -109,7 +114,8 @@ def main() -> None:
         "predictor": a.predictor,
     }
     print(f"{n:,} jobs under {a.policy} ({res.placement}) on {int(res.capacity_gpus):,} GPUs at load {res.load:.2f}")
-    print(f"  {wall:.1f} s wall, {n / wall:,.0f} jobs/s, {res.events:,} events, {res.passes:,} passes")
+    print(f"  {wall:.1f} s wall ({cpu:.1f} s CPU), {n / wall:,.0f} jobs/s ({n / cpu:,.0f} per CPU-second)")
+    print(f"  {res.events:,} events, {res.passes:,} scheduling passes; machine load {out['load_avg_1m']}")
     print(f"  memory: {out['rss_mb']} MB RSS ({out['rss_growth_mb']} MB during the run)")
     print(json.dumps(out))
 

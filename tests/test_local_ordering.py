@@ -134,3 +134,26 @@ def test_jobs_of_a_user_with_a_good_history_start_before_those_of_a_user_with_a_
     wait_until(lambda: len(d.ask({"op": "history", "limit": 1000})["jobs"]) == 7, 30, "all jobs to end")
     order = _start_order(d, ids)
     assert [user_of[i] for i in order] == [alice.pw_name] * 3 + [bob.pw_name] * 3
+
+
+def test_a_restart_loads_the_saved_model_instead_of_retraining(tmp_path: Path) -> None:
+    import time
+
+    from headway.local.core import LocalJob
+    from headway.local.ordering import build_predictor, submitted_for_predictor
+
+    store = tmp_path / "history.duckdb"
+    _seed_history(store, "ann")
+    fresh = build_predictor(store)
+    assert fresh.model is None and fresh.trainings == 0  # start-up never trains
+    assert fresh.maybe_retrain(time.time())  # what the daemon's retraining thread does when it is due
+    fresh.model.save(tmp_path / "predictor.json")
+    restarted = build_predictor(store, model=tmp_path / "predictor.json")
+    assert restarted.model is not None and restarted.trainings == 0
+    assert not restarted.maybe_retrain(time.time())  # the loaded model is current: not due again
+    now = time.time()
+    jobs = [
+        LocalJob(id=i, user="ann", uid=0, name=n, gpus=1, submit_time=now) for i, n in enumerate([GOOD, BAD])
+    ]
+    p = restarted.predict([submitted_for_predictor(j) for j in jobs], now).p_success
+    assert p[0] > p[1]

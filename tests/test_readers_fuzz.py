@@ -170,6 +170,7 @@ def _read_must_end_cleanly(reader: Reader, path: Path) -> None:
 
 
 @pytest.mark.shared
+@pytest.mark.slow
 @pytest.mark.parametrize("mutation", list(MUTATIONS))
 @pytest.mark.parametrize("reader_name", READERS)
 @FUZZ

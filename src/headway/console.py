@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
@@ -16,7 +17,7 @@ err = Console(stderr=True, highlight=False)
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print one line (no traceback) to stderr and exit."""
-    err.print(f"[bold red]error:[/] {message}", markup=True, highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

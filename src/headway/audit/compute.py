@@ -554,7 +554,10 @@ def headline(report: dict[str, Any]) -> dict[str, float | None]:
         "wasted_cost_usd": report["wasted_cost"]["usd"],
         "early_failures_15min_share": early15["share_jobs"] if early15 else None,
         "repeat_failure_gpu_hours": report["repeat_failures"]["gpu_hours"],
-        "timeout_gpu_hours": report["timeouts"]["gpu_hours"],
+        # without time limits in the data a timeout cannot happen: unknown, not zero
+        "timeout_gpu_hours": report["timeouts"]["gpu_hours"]
+        if report["timeouts"]["time_limits_known"] or report["timeouts"]["jobs"]
+        else None,
         "median_wait_s": report["waiting"]["overall"]["median_s"],
         "p90_wait_s": report["waiting"]["overall"]["p90_s"],
         "short_jobs_median_wait_s": report["waiting"]["short_jobs"]["overall"]["median_s"],

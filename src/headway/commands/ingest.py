@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -37,7 +38,7 @@ def _read_one(path: Path, fmt: str, opts: ReadOptions, quiet: bool) -> ReadResul
     if fmt == "auto":
         chosen = sniff(path, has_mapping=opts.mapping is not None)
         if not quiet:
-            err.print(f"{path}: detected format [bold]{chosen}[/]")
+            err.print(f"{escape(str(path))}: detected format [bold]{chosen}[/]")
     reader = get_reader(chosen)
     size = path.stat().st_size if path.is_file() else 0
     if quiet or size < 8 * 1024 * 1024:
@@ -112,58 +113,29 @@ def ingest(
             fail(str(e))
     if not inputs:
         fail("nothing to ingest: give one or more files, or --from-slurm")
-    summary: list[dict[str, object]] = []
     try:
         store = JobStore(db)
     except StoreError as e:
         fail(str(e))
-    with store:
+    try:
+        with store:
+            summary = _ingest_all(store, inputs, fmt, fmt_for_slurm, opts, as_json, show_bad)
+            total = store.count()
+    finally:
         for kind, path in inputs:
-            use_fmt = fmt_for_slurm if kind == "slurm" else fmt
-            if not path.exists():
-                fail(f"{path}: no such file")
-            if path.is_dir():
-                fail(f"{path}: is a directory; give the log files inside it")
-            try:
-                res = _read_one(path, use_fmt, opts, quiet=as_json)
-            except BadInputError as e:
-                fail(str(e))
-            except (OSError, UnicodeError) as e:
-                fail(f"{path}: cannot read: {e}")
-            src = opts.source or res.format
-            stored = store.upsert(res.table)
-            label = "sacct (from Slurm)" if kind == "slurm" else str(path)
-            store.record_ingest(label, res.format, src, res.rows_read, stored, res.bad_row_count)
-            summary.append(
-                {
-                    "path": label,
-                    "format": res.format,
-                    "source": src,
-                    "rows_read": res.rows_read,
-                    "jobs_stored": stored,
-                    "bad_rows": res.bad_row_count,
-                    "missing_fields": res.missing_fields,
-                    "notes": res.notes,
-                    "bad_row_examples": [str(b) for b in res.bad_rows[:show_bad]],
-                }
-            )
-            if not as_json:
-                for b in res.bad_rows[:show_bad]:
-                    err.print(f"[yellow]skipped[/] {b}", markup=True, highlight=False)
-                if res.bad_row_count > show_bad:
-                    err.print(f"... and {res.bad_row_count - show_bad} more bad rows in {path}")
-        total = store.count()
+            if kind == "slurm":
+                path.unlink(missing_ok=True)
     if as_json:
         print_json({"files": summary, "jobs_in_store": total, "db": str(store.path)})
         return
-    t = Table(title=f"ingested into {store.path}")
+    t = Table(title=f"ingested into {escape(str(store.path))}")
     for col in ("file", "format", "rows", "jobs stored", "bad rows", "missing fields"):
         t.add_column(col, justify="right" if col in ("rows", "jobs stored", "bad rows") else "left")
     for s in summary:
         missing = s["missing_fields"]
         assert isinstance(missing, list)
         t.add_row(
-            str(s["path"]),
+            escape(str(s["path"])),
             str(s["format"]),
             f"{s['rows_read']:,}",
             f"{s['jobs_stored']:,}",
@@ -175,7 +147,7 @@ def ingest(
         notes = s["notes"]
         assert isinstance(notes, list)
         for n in notes:
-            out.print(f"note ({s['path']}): {n}")
+            out.print(f"note ({escape(str(s['path']))}): {escape(str(n))}")
     out.print(f"{total:,} jobs in the store.")
 
 
@@ -196,3 +168,50 @@ def export(
         print_json({"parquet": str(parquet), "jobs": n})
     else:
         out.print(f"wrote {n:,} jobs to {parquet}")
+
+
+def _ingest_all(
+    store: JobStore,
+    inputs: list[tuple[str, Path]],
+    fmt: str,
+    fmt_for_slurm: str,
+    opts: ReadOptions,
+    as_json: bool,
+    show_bad: int,
+) -> list[dict[str, object]]:
+    summary: list[dict[str, object]] = []
+    for kind, path in inputs:
+        use_fmt = fmt_for_slurm if kind == "slurm" else fmt
+        if not path.exists():
+            fail(f"{path}: no such file")
+        if path.is_dir():
+            fail(f"{path}: is a directory; give the log files inside it")
+        try:
+            res = _read_one(path, use_fmt, opts, quiet=as_json)
+        except BadInputError as e:
+            fail(str(e))
+        except (OSError, UnicodeError) as e:
+            fail(f"{path}: cannot read: {e}")
+        src = opts.source or res.format
+        stored = store.upsert(res.table)
+        label = "sacct (from Slurm)" if kind == "slurm" else str(path)
+        store.record_ingest(label, res.format, src, res.rows_read, stored, res.bad_row_count)
+        summary.append(
+            {
+                "path": label,
+                "format": res.format,
+                "source": src,
+                "rows_read": res.rows_read,
+                "jobs_stored": stored,
+                "bad_rows": res.bad_row_count,
+                "missing_fields": res.missing_fields,
+                "notes": res.notes,
+                "bad_row_examples": [str(b) for b in res.bad_rows[:show_bad]],
+            }
+        )
+        if not as_json:
+            for b in res.bad_rows[:show_bad]:
+                err.print(f"[yellow]skipped[/] {escape(str(b))}", markup=True, highlight=False)
+            if res.bad_row_count > show_bad:
+                err.print(f"... and {res.bad_row_count - show_bad} more bad rows in {escape(str(path))}")
+    return summary

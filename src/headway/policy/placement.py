@@ -196,8 +196,9 @@ def take(free: I64, share: I64, alloc: Allocation) -> list[tuple[int, int]]:
         used.append((n, gi))
         return used
     for n, c in zip(alloc.nodes, alloc.counts, strict=True):
-        idx = np.flatnonzero(share[n] == FULL_SHARE)[:c]
-        share[n, idx] = 0
+        row = share[n]
+        idx = (row == FULL_SHARE).nonzero()[0][:c]
+        row[idx] = 0
         free[n] -= c
-        used.extend((n, int(gi)) for gi in idx)
+        used.extend([(n, gi) for gi in idx.tolist()])
     return used

@@ -284,7 +284,10 @@ def _class_values(classes: tuple[str, ...], table: tuple[tuple[str, float], ...]
     return out
 
 
-def _class_table(snap: Snapshot, table: dict[str, float], default: float) -> F64:
+def _class_table(snap: Snapshot, table: dict[str, float], default: float) -> F64 | float:
+    """Per pending job, the class's value (a scalar when the trace has a single class)."""
+    if len(snap.classes) == 1:
+        return table.get(snap.classes[0], default)
     vals = _class_values(tuple(snap.classes), tuple(sorted(table.items())), default)
     return vals[snap.pending.klass]
 
@@ -489,14 +492,14 @@ class Impact(Policy):
     max_wait_s: dict[str, float] = field(default_factory=lambda: dict(CLASS_MAX_WAIT))
     hold_after: int = 3
 
-    def _max_wait(self, snap: Snapshot) -> F64:
+    def _max_wait(self, snap: Snapshot) -> F64 | float:
         return _class_table(snap, self.max_wait_s, self.max_wait_s.get("normal", DAY))
 
     def scores(self, snap: Snapshot) -> tuple[I64, F64, dict[str, F64]]:
         p = snap.pending
         w = _class_table(snap, self.class_weight, 1.0)
-        r = np.where(np.isfinite(p.time_limit), np.fmin(p.runtime, p.time_limit), p.runtime)
-        f = np.where(np.isfinite(p.time_limit), np.fmin(p.time_to_failure, p.time_limit), p.time_to_failure)
+        r = np.fmin(p.runtime, p.time_limit)  # fmin ignores a NaN (no limit)
+        f = np.fmin(p.time_to_failure, p.time_limit)
         c = np.maximum(p.gpus, 1e-3) * (p.p_success * r + (1 - p.p_success) * f) / HOUR
         fs = fairshare_of(snap, p.user)
         score = w * p.p_success / np.maximum(c, 1e-6) * fs
@@ -510,7 +513,7 @@ class Impact(Policy):
             "R_h": r / HOUR,
             "F_h": f / HOUR,
             "c_gpu_h": c,
-            "w": w,
+            "w": np.broadcast_to(w, c.shape),
             "fairshare": fs,
             "waited_h": (snap.now - p.submit) / HOUR,
         }
@@ -518,7 +521,7 @@ class Impact(Policy):
 
     def pending_estimate(self, snap: Snapshot) -> F64:
         p = snap.pending
-        return np.where(np.isfinite(p.time_limit), np.fmin(p.runtime, p.time_limit), p.runtime)
+        return np.fmin(p.runtime, p.time_limit)
 
     def strict_head(self, ranking: Ranking, pos: int) -> bool:
         return int(ranking.tier[pos]) == 0

@@ -123,8 +123,13 @@ class _Set:
     def view(self) -> I64:
         return self.keys[: self.n]
 
-    def col(self, name: str) -> np.ndarray:  # type: ignore[type-arg]
-        return self.cols[name][: self.n].copy()
+    def col(self, name: str, copy: bool = False) -> np.ndarray:  # type: ignore[type-arg]
+        """Column slice: a read-only view (valid until the set changes), or a copy."""
+        v = self.cols[name][: self.n]
+        if copy:
+            return v.copy()
+        v.setflags(write=False)
+        return v
 
 
 def _ro(a: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
@@ -303,14 +308,20 @@ class Engine:
 
         def snapshot(now: float) -> Snapshot:
             # Columns are fresh copies of contiguous slices; views of live state are read-only.
-            c = pend.col
+            keep = self.opts.log_decisions  # logged Decisions keep their rankings: give them copies
+
+            def c(name: str) -> np.ndarray:  # type: ignore[type-arg]
+                return pend.col(name, keep)
+
+            def r(name: str) -> np.ndarray:  # type: ignore[type-arg]
+                return runb.col(name, keep)
+
             pending = PendingJobs(
                 pend.keys[: pend.n].copy(), c("job_id"), c("user"), c("klass"), c("submit"), c("gpus"),
                 c("max_nodes"), c("time_limit"), c("p_success"), c("runtime"), c("runtime_p90"),
                 c("time_to_failure"), c("attained"), c("last_stop"), streak[pend.cols["name_key"][: pend.n]],
                 c("oracle") if pol.oracle else None,
             )
-            r = runb.col
             running = RunningJobs(
                 runb.keys[: runb.n].copy(), r("job_id"), r("user"), r("klass"), r("gpus"), r("start"),
                 r("time_limit"), r("runtime"), r("runtime_p90"), r("attained"), np.ones(runb.n, dtype=bool),
