@@ -85,7 +85,9 @@ def main() -> None:
         import pstats
 
         prof = cProfile.Profile()
-        res = prof.runcall(run_simulation, jobs, spec, policy=a.policy, load=a.load, predictor_factory=factory)
+        res = prof.runcall(
+            run_simulation, jobs, spec, policy=a.policy, load=a.load, predictor_factory=factory
+        )
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     else:
         res = run_simulation(jobs, spec, policy=a.policy, load=a.load, seed=a.seed, predictor_factory=factory)
@@ -113,7 +115,8 @@ def main() -> None:
         "rss_growth_mb": round((rss - rss0) / 2**20),
         "predictor": a.predictor,
     }
-    print(f"{n:,} jobs under {a.policy} ({res.placement}) on {int(res.capacity_gpus):,} GPUs at load {res.load:.2f}")
+    gpus = int(res.capacity_gpus)
+    print(f"{n:,} jobs under {a.policy} ({res.placement}) on {gpus:,} GPUs at load {res.load:.2f}")
     print(f"  {wall:.1f} s wall ({cpu:.1f} s CPU), {n / wall:,.0f} jobs/s ({n / cpu:,.0f} per CPU-second)")
     print(f"  {res.events:,} events, {res.passes:,} scheduling passes; machine load {out['load_avg_1m']}")
     print(f"  memory: {out['rss_mb']} MB RSS ({out['rss_growth_mb']} MB during the run)")

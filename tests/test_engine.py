@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from test_engine_helpers import FixedPredictor, MeanPredictor, make_jobs
 
 from headway.policy import POLICIES, get_policy
 from headway.policy.policies import Fifo
@@ -18,6 +17,7 @@ from headway.sim.cluster import ClusterSpec
 from headway.sim.engine import EngineOptions
 from headway.sim.result import JOB_COLUMNS, TIMELINE_COLUMNS
 from headway.sim.run import CPU_ONLY, NEVER_RAN, TOO_BIG, run_simulation
+from test_engine_helpers import FixedPredictor, MeanPredictor, make_jobs
 
 
 def rows_random(n: int, seed: int) -> list[dict[str, Any]]:
@@ -115,15 +115,21 @@ def test_policies_never_see_true_runtime_or_outcome() -> None:
         assert s.pending.oracle_runtime is None
         for arr in (s.pending.runtime, s.pending.runtime_p90, s.running.runtime):
             assert not {round(float(x), 6) for x in arr} & truth
-    names = {f.name for f in dataclasses.fields(PendingJobs)} | {f.name for f in dataclasses.fields(RunningJobs)}
+    names = {f.name for f in dataclasses.fields(PendingJobs)} | {
+        f.name for f in dataclasses.fields(RunningJobs)
+    }
     assert not names & {"state", "outcome", "end", "true_runtime", "exit_code"}
 
 
 def test_oracle_policy_gets_the_true_runtimes() -> None:
-    rows = [{"submit": 0, "runtime": 1000, "gpus": 8}, {"submit": 1, "runtime": 500, "gpus": 8},
-            {"submit": 2, "runtime": 10, "gpus": 8}]
-    res = run_simulation(make_jobs(rows), ClusterSpec.from_flags(1, 8), policy="sjf-oracle",
-                         predictor_factory=MeanPredictor)
+    rows = [
+        {"submit": 0, "runtime": 1000, "gpus": 8},
+        {"submit": 1, "runtime": 500, "gpus": 8},
+        {"submit": 2, "runtime": 10, "gpus": 8},
+    ]
+    res = run_simulation(
+        make_jobs(rows), ClusterSpec.from_flags(1, 8), policy="sjf-oracle", predictor_factory=MeanPredictor
+    )
     j = by_id(res)
     assert j["j2"]["start"] == 1000 and j["j1"]["start"] == 1010
 
@@ -135,7 +141,9 @@ def test_predictor_is_fed_causally_and_retrained_daily() -> None:
         made.append(MeanPredictor())
         return made[-1]
 
-    rows = [{"submit": i * 3600, "runtime": 1800, "state": "COMPLETED" if i % 2 else "FAILED"} for i in range(72)]
+    rows = [
+        {"submit": i * 3600, "runtime": 1800, "state": "COMPLETED" if i % 2 else "FAILED"} for i in range(72)
+    ]
     res = run_simulation(make_jobs(rows), SPEC, policy="impact", predictor_factory=factory)
     pred = made[0]
     assert len(pred.ended) == 72
@@ -160,8 +168,11 @@ def test_load_rescales_interarrival_times() -> None:
 
 
 def test_too_big_never_ran_and_cpu_only_jobs_are_reported_not_dropped_silently() -> None:
-    rows = [{"submit": 0, "gpus": 64, "job_id": "huge"}, {"submit": 1, "gpus": 0, "job_id": "cpu"},
-            {"submit": 2, "gpus": 1, "job_id": "ok"}]
+    rows = [
+        {"submit": 0, "gpus": 64, "job_id": "huge"},
+        {"submit": 1, "gpus": 0, "job_id": "cpu"},
+        {"submit": 2, "gpus": 1, "job_id": "ok"},
+    ]
     recs = make_jobs(rows).to_pylist()
     recs.append({**recs[2], "job_id": "never", "start_time": None})
     t = pa.Table.from_pylist(recs, schema=make_jobs(rows).schema)
@@ -175,10 +186,18 @@ def test_too_big_never_ran_and_cpu_only_jobs_are_reported_not_dropped_silently()
 
 
 def test_explain_records_each_pass_for_the_jobs_asked_about() -> None:
-    rows = [{"submit": 0, "runtime": 1000, "gpus": 8}, {"submit": 1, "runtime": 10, "gpus": 8},
-            {"submit": 2, "runtime": 10, "gpus": 8}]
-    res = run_simulation(make_jobs(rows), ClusterSpec.from_flags(1, 8), policy="multifactor",
-                         explain={"j2"}, predictor_factory=MeanPredictor)
+    rows = [
+        {"submit": 0, "runtime": 1000, "gpus": 8},
+        {"submit": 1, "runtime": 10, "gpus": 8},
+        {"submit": 2, "runtime": 10, "gpus": 8},
+    ]
+    res = run_simulation(
+        make_jobs(rows),
+        ClusterSpec.from_flags(1, 8),
+        policy="multifactor",
+        explain={"j2"},
+        predictor_factory=MeanPredictor,
+    )
     recs = res.explain["j2"]
     assert set(res.explain) == {"j2"} and recs
     assert recs[0].t == 2 and recs[0].of == 2 and recs[0].rank == 2
@@ -195,8 +214,12 @@ def test_fragmentation_counts_free_gpus_only_while_a_fitting_job_cannot_be_place
         {"submit": 40, "runtime": 10, "gpus": 4, "job_id": "e"},
     ]
     spec = ClusterSpec.from_flags(2, 4)
-    ff = run_simulation(make_jobs(rows), spec, policy="fifo", placement="first-fit", predictor_factory=MeanPredictor)
-    topo = run_simulation(make_jobs(rows), spec, policy="fifo", placement="topology", predictor_factory=MeanPredictor)
+    ff = run_simulation(
+        make_jobs(rows), spec, policy="fifo", placement="first-fit", predictor_factory=MeanPredictor
+    )
+    topo = run_simulation(
+        make_jobs(rows), spec, policy="fifo", placement="topology", predictor_factory=MeanPredictor
+    )
     assert by_id(topo)["e"]["start"] == 40 and topo.timeline.column("frag_free_gpus").to_numpy().max() == 0
     assert by_id(ff)["e"]["start"] == 10_000
     tl = ff.timeline.to_pandas()
@@ -205,10 +228,17 @@ def test_fragmentation_counts_free_gpus_only_while_a_fitting_job_cannot_be_place
 
 
 def test_las_preempts_and_restarts_with_a_penalty() -> None:
-    rows = [{"submit": 0, "runtime": 100_000, "gpus": 8, "job_id": "hog"},
-            {"submit": 50_000, "runtime": 100, "gpus": 8, "job_id": "small"}]
-    res = run_simulation(make_jobs(rows), ClusterSpec.from_flags(1, 8), policy="las",
-                         predictor_factory=MeanPredictor, engine_options=EngineOptions(validate=True))
+    rows = [
+        {"submit": 0, "runtime": 100_000, "gpus": 8, "job_id": "hog"},
+        {"submit": 50_000, "runtime": 100, "gpus": 8, "job_id": "small"},
+    ]
+    res = run_simulation(
+        make_jobs(rows),
+        ClusterSpec.from_flags(1, 8),
+        policy="las",
+        predictor_factory=MeanPredictor,
+        engine_options=EngineOptions(validate=True),
+    )
     j = by_id(res)
     assert j["small"]["start"] == 50_000 and j["small"]["end"] == 50_100
     assert j["hog"]["preemptions"] == 1 and j["hog"]["restarts"] == 1
@@ -222,12 +252,23 @@ def test_easy_backfill_never_delays_the_reservation_with_exact_time_limits() -> 
     for _ in range(300):
         t += float(rng.exponential(120))
         rt = float(rng.integers(60, 5000))
-        rows.append({"submit": t, "runtime": rt, "time_limit": int(math.ceil(rt)),
-                     "gpus": float(rng.choice([1, 2, 4, 8, 16, 24])), "user": "u"})
+        rows.append(
+            {
+                "submit": t,
+                "runtime": rt,
+                "time_limit": math.ceil(rt),
+                "gpus": float(rng.choice([1, 2, 4, 8, 16, 24])),
+                "user": "u",
+            }
+        )
     # One user, one partition: multifactor orders by age (+size), so the reservation holder is stable.
-    res = run_simulation(make_jobs(rows), ClusterSpec.from_flags(4, 8, 2), policy="multifactor",
-                         predictor_factory=MeanPredictor,
-                         engine_options=EngineOptions(log_decisions=True, validate=True))
+    res = run_simulation(
+        make_jobs(rows),
+        ClusterSpec.from_flags(4, 8, 2),
+        policy="multifactor",
+        predictor_factory=MeanPredictor,
+        engine_options=EngineOptions(log_decisions=True, validate=True),
+    )
     start = {r["job_id"]: r["start"] for r in res.jobs.to_pylist()}
     first_promise: dict[str, float] = {}
     backfilled = 0

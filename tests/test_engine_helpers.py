@@ -61,7 +61,9 @@ class FixedPredictor:
     default: tuple[float, float, float] = (0.5, 3600.0, 600.0)
 
     def predict(self, jobs: Sequence[SubmittedJob], now: float) -> Predictions:
-        vals = np.array([self.table.get(j.job_id, self.default) for j in jobs], dtype=np.float64).reshape(-1, 3)
+        vals = np.array([self.table.get(j.job_id, self.default) for j in jobs], dtype=np.float64).reshape(
+            -1, 3
+        )
         return Predictions(vals[:, 0].copy(), vals[:, 1].copy(), vals[:, 1] * 1.5, vals[:, 2].copy())
 
     def observe_end(self, ended: EndedJob) -> None:

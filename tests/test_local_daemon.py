@@ -213,3 +213,31 @@ def test_a_supervisor_never_runs_an_attempt_the_daemon_already_gave_up(tmp_path:
     view = runs.inspect(rdir2)
     assert marker.exists() and view.kind == "ended" and view.status is not None
     assert view.status["state"] == "COMPLETED" and not runs.try_claim(rdir2, {"by": "daemon"})
+
+
+def test_a_job_whose_supervisor_is_killed_fails_and_its_processes_are_killed(
+    start_daemon: Callable[..., DaemonProc],
+) -> None:
+    from headway.local import runs
+
+    d = start_daemon(gpus="1")
+    jid = d.submit(["sleep", "60"])
+    rdir = d.state_dir / "runs" / f"{jid}.0"
+    wait_until(lambda: (rdir / runs.JOB).exists(), 20, "the job to start")
+    supervisor = int(json.loads((rdir / runs.CLAIM).read_text())["pid"])
+    pgid = int(json.loads((rdir / runs.JOB).read_text())["pgid"])
+    os.kill(supervisor, signal.SIGKILL)
+    wait_until(_ended(d, [jid]), 20, "the daemon to notice")
+    h = _history(d)[jid]
+    assert h["state"] == "FAILED" and "supervisor" in str(h["reason"])
+
+    def group_gone() -> bool:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_until(group_gone, 10, "the orphaned job to be killed")
+    nxt = d.submit(["true"])  # and its GPU is free again
+    wait_until(_ended(d, [nxt]), 20, "the next job")

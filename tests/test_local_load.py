@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from headway.local.client import request
-from test_local_support import DaemonProc, start_daemon
+from test_local_support import DaemonProc, start_daemon, wait_until
 
 __all__ = ["start_daemon"]
 
@@ -37,6 +37,7 @@ def test_parallel_clients_submissions_are_all_accepted_and_recorded(
 ) -> None:
     d = start_daemon(gpus="2")
     blocker = d.submit(["sleep", "60"], gpus=2)  # keeps everything else pending while we count
+    wait_until(lambda: d.ask({"op": "queue"})["jobs"][0]["state"] == "RUNNING", 20, "the blocker to run")
     with ProcessPoolExecutor(N_CLIENTS) as pool:
         ids = [
             i

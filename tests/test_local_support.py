@@ -101,25 +101,9 @@ def wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def cli(
-    *args: str, state_dir: Path, user: str | None = None, cwd: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run `headway ARGS` as a separate process (optionally as another Unix user via runuser)."""
-    cmd = (
-        [sys.executable, "-m", "headway.cli", *args, "--state-dir", str(state_dir)]
-        if args[0] != "submit"
-        else [
-            sys.executable,
-            "-m",
-            "headway.cli",
-            "submit",
-            "--state-dir",
-            str(state_dir),
-            *args[1:],
-        ]
-    )
-    if user is not None:
-        cmd = ["runuser", "-u", user, "--", *cmd]
+def cli(*args: str, state_dir: Path, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `headway VERB --state-dir DIR ARGS...` as a separate process, as a user would."""
+    cmd = [sys.executable, "-m", "headway.cli", args[0], "--state-dir", str(state_dir), *args[1:]]
     env = {k: v for k, v in os.environ.items() if k != "HEADWAY_STATE_DIR"}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=cwd, env=env)
 

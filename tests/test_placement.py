@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 
 from headway.policy.placement import fits_empty, gang_size, max_nodes_for, place, placeable, take
-from headway.sim.cluster import Cluster, ClusterSpec, ClusterSpecError
 from headway.policy.snapshot import Allocation
+from headway.sim.cluster import Cluster, ClusterSpec, ClusterSpecError
 
 
-def arrays(free: list[int], gpn: int = 8, racks: list[int] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def arrays(
+    free: list[int], gpn: int = 8, racks: list[int] | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     f = np.array(free, dtype=np.int64)
     share = np.where(np.arange(gpn)[None, :] < f[:, None], 1000, 0).astype(np.int64)
     rack = np.array(racks if racks is not None else [0] * len(free), dtype=np.int64)
@@ -68,7 +70,7 @@ def test_fractional_jobs_pack_onto_the_fullest_gpu_that_fits_under_topology() ->
 
 
 def test_take_updates_whole_free_counts_and_shares_consistently() -> None:
-    free, share, rack, nr = arrays([4, 4], gpn=4)
+    free, share, _rack, _nr = arrays([4, 4], gpn=4)
     used = take(free, share, Allocation((0,), (3,)))
     assert len(used) == 3 and free.tolist() == [1, 4]
     take(free, share, Allocation((1,), (0,), 2, 400))

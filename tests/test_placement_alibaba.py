@@ -8,13 +8,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from test_engine_helpers import MeanPredictor
 
 from headway.sim.cluster import ClusterSpec
 from headway.sim.result import SimResult
 from headway.sim.run import run_simulation
 from headway.traces.base import ReadOptions
 from headway.traces.registry import get_reader
+from test_engine_helpers import MeanPredictor
 
 
 def fragmented_gpu_hours(res: SimResult) -> float:
@@ -34,11 +34,16 @@ def test_topology_fragments_fewer_gpu_hours_than_first_fit_on_alibaba(shared_tra
     # recorded. Replay it twice (as the FGD paper inflates its workload) with arrivals compressed to
     # load 20 so that pods wait and placement decides what stays whole.
     twice = pa.concat_tables(
-        [pods.set_column(0, "job_id", pc.binary_join_element_wise(pods.column("job_id"), f"-{i}", "")) for i in (0, 1)]
+        [
+            pods.set_column(0, "job_id", pc.binary_join_element_wise(pods.column("job_id"), f"-{i}", ""))
+            for i in (0, 1)
+        ]
     )
     out = {}
     for how in ("first-fit", "topology"):
-        res = run_simulation(twice, spec, policy="impact", placement=how, load=20.0, predictor_factory=MeanPredictor)
+        res = run_simulation(
+            twice, spec, policy="impact", placement=how, load=20.0, predictor_factory=MeanPredictor
+        )
         assert res.jobs.num_rows == 2 * 6203
         out[how] = fragmented_gpu_hours(res)
     assert out["first-fit"] > 0

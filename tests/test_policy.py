@@ -62,7 +62,9 @@ def running(rows: Sequence[dict[str, Any]]) -> RunningJobs:
     )
 
 
-def cluster(free: Sequence[int], gpn: int = 8, owners: dict[tuple[int, int], int] | None = None) -> ClusterView:
+def cluster(
+    free: Sequence[int], gpn: int = 8, owners: dict[tuple[int, int], int] | None = None
+) -> ClusterView:
     f = np.array(free, dtype=np.int64)
     share = np.where(np.arange(gpn)[None, :] < f[:, None], 1000, 0).astype(np.int64)
     owner = np.where(share == 1000, -1, -2).astype(np.int64)
@@ -134,7 +136,10 @@ def test_las_puts_less_attained_service_first_and_fifo_within_a_queue() -> None:
 
 
 def test_las_promotes_a_job_that_waited_long_against_its_executed_time() -> None:
-    rows = [{"id": "old", "attained": 2 * HOUR, "gpus": 1, "submit": 0, "last_stop": 0}, {"id": "new", "submit": 5}]
+    rows = [
+        {"id": "old", "attained": 2 * HOUR, "gpus": 1, "submit": 0, "last_stop": 0},
+        {"id": "new", "submit": 5},
+    ]
     # waited 10 h >= 8 x 2 h executed? no (16 h needed): stays in queue 1
     assert order_ids("las", snapshot(pending(rows), now=10 * HOUR)) == ["new", "old"]
     assert order_ids("las", snapshot(pending(rows), now=17 * HOUR)) == ["old", "new"]
@@ -148,9 +153,11 @@ def test_multifactor_weights_age_fairshare_and_size_like_slurm() -> None:
     ]
     s = snapshot(pending(rows), usage=[100.0, 0.0, 0.0])
     assert order_ids("multifactor", s) == ["light-user", "heavy-user"]
-    tier, score, f = mf.scores(s)
+    _tier, score, f = mf.scores(s)
     fs = fairshare(s)
-    assert score[1] == pytest.approx(mf.w_age * f["age"][1] + mf.w_fairshare * fs[1] + mf.w_size * f["size"][1])
+    assert score[1] == pytest.approx(
+        mf.w_age * f["age"][1] + mf.w_fairshare * fs[1] + mf.w_size * f["size"][1]
+    )
     # Same user: the older job first (age), then the larger one (PriorityFavorSmall=NO).
     rows2 = [{"id": "young", "submit": 9 * HOUR}, {"id": "old", "submit": 0}]
     assert order_ids("multifactor", snapshot(pending(rows2))) == ["old", "young"]
@@ -168,7 +175,7 @@ def test_impact_is_smiths_rule_on_expected_successful_work() -> None:
     s = snapshot(pending(rows))
     # p / c: 0.9/0.95, 0.1/0.55, 0.9/(8 x 0.95), 0.9/9.05 (a likely failure is cheap, so it is not last)
     assert order_ids("impact", s) == ["sure-short", "likely-fail", "sure-short-8gpu", "sure-long"]
-    tier, score, f = Impact().scores(s)
+    _tier, score, f = Impact().scores(s)
     c = 1 * (0.9 * 1 + 0.1 * 0.5)
     assert score[1] == pytest.approx(0.9 / c) and f["c_gpu_h"][1] == pytest.approx(c)
 

@@ -52,8 +52,23 @@ def test_train_then_show_a_stored_job_and_a_pending_spec(db: Path, tmp_path: Pat
     assert s["suggested_time_limit_s"] >= s["runtime_p90_s"]  # type: ignore[operator]
     assert s["reasons"]["p_success"]  # type: ignore[index]
     pend = _json(
-        ["predict", "show", "--db", str(db), "--model", str(model), "--user", "u3", "--name", "exp1",
-         "--gpus", "4", "--time-limit", "2h", "--json"]
+        [
+            "predict",
+            "show",
+            "--db",
+            str(db),
+            "--model",
+            str(model),
+            "--user",
+            "u3",
+            "--name",
+            "exp1",
+            "--gpus",
+            "4",
+            "--time-limit",
+            "2h",
+            "--json",
+        ]
     )
     assert pend["requested_time_limit_s"] == 7200.0
     assert pend["runtime_s"] <= 7200.0  # type: ignore[operator]
@@ -61,7 +76,9 @@ def test_train_then_show_a_stored_job_and_a_pending_spec(db: Path, tmp_path: Pat
     assert text.exit_code == 0 and "suggested" in text.stdout and "what drove" in text.stdout
 
 
-def test_show_without_a_model_file_uses_cold_start_estimates(db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_show_without_a_model_file_uses_cold_start_estimates(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     s = _json(["predict", "show", "7", "--db", str(db), "--json"])
     assert s["model"] is None and "cold-start" in str(s["note"])
@@ -78,8 +95,9 @@ def test_show_without_a_model_file_uses_cold_start_estimates(db: Path, tmp_path:
         (["predict", "show", "1", "--model", "missing.json"], "no model file"),
     ],
 )
-def test_bad_input_gives_one_clear_line(db: Path, args: list[str], message: str, tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_input_gives_one_clear_line(
+    db: Path, args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     if "--db" not in args:
         args = [*args, "--db", str(db)]

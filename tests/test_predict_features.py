@@ -83,7 +83,9 @@ def test_vectorised_features_equal_the_event_sweep_through_the_online_state(seed
     sweep = build_features(t, method="sweep")
     assert list(vec.job_id) == list(sweep.job_id)
     for j, name in enumerate(NUMERIC_FEATURES):
-        np.testing.assert_allclose(vec.X[:, j], sweep.X[:, j], rtol=1e-12, atol=0, equal_nan=True, err_msg=name)
+        np.testing.assert_allclose(
+            vec.X[:, j], sweep.X[:, j], rtol=1e-12, atol=0, equal_nan=True, err_msg=name
+        )
 
 
 def test_a_job_ending_exactly_at_submit_time_is_not_visible() -> None:
@@ -162,13 +164,17 @@ def test_outcomes_decided_at_end_time_are_invisible_before_it() -> None:
         new_end[k] = ends[k] + 1  # the runtime changes too, and the end moves 1 us later
         t2 = t.set_column(t.schema.get_field_index("state"), "state", pa.array(flipped, pa.string()))
         t2 = t2.set_column(
-            t2.schema.get_field_index("end_time"), "end_time", pa.array(new_end, pa.int64()).cast(t.schema.field("end_time").type)
+            t2.schema.get_field_index("end_time"),
+            "end_time",
+            pa.array(new_end, pa.int64()).cast(t.schema.field("end_time").type),
         )
         pert = _features_by_id(t2)
         for jid, row in pert.items():
             j = int(jid)
             if submits[j] <= ends[k]:
-                np.testing.assert_array_equal(row, base[jid], err_msg=f"job {jid} saw job {k}'s future outcome")
+                np.testing.assert_array_equal(
+                    row, base[jid], err_msg=f"job {jid} saw job {k}'s future outcome"
+                )
             elif not np.array_equal(row, base[jid], equal_nan=True):
                 changed_later += 1
     assert changed_later > 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from headway.predict.api import EndedJob, OnlinePredictor as OnlineProtocol, SubmittedJob
+from headway.predict.api import EndedJob, SubmittedJob
+from headway.predict.api import OnlinePredictor as OnlineProtocol
 from headway.predict.features import build_features
 from headway.predict.model import TrainConfig
 from headway.predict.online import OnlinePredictor
@@ -54,13 +55,26 @@ def test_replaying_a_history_matches_batch_features_and_retrains_every_k_jobs() 
     t = make_history(1500, seed=5, users=8, days=3)
     frame = build_features(t)
     recs = sorted(table_to_records(t), key=lambda r: r.submit_time)  # type: ignore[arg-type, return-value]
-    p = OnlinePredictor(retrain_every=500, retrain_interval_s=1e12, min_train_jobs=400,
-                        config=TrainConfig(rounds=30, quantile_rounds=20))
+    p = OnlinePredictor(
+        retrain_every=500,
+        retrain_interval_s=1e12,
+        min_train_jobs=400,
+        config=TrainConfig(rounds=30, quantile_rounds=20),
+    )
     events = []
     for r in recs:
-        sj = SubmittedJob(r.job_id, r.user, r.group, r.name, r.partition, r.priority_class,
-                          r.submit_time.timestamp(), r.gpus, r.nodes,  # type: ignore[union-attr]
-                          None if r.time_limit is None else float(r.time_limit))
+        sj = SubmittedJob(
+            r.job_id,
+            r.user,
+            r.group,
+            r.name,
+            r.partition,
+            r.priority_class,
+            r.submit_time.timestamp(),
+            r.gpus,
+            r.nodes,  # type: ignore[union-attr]
+            None if r.time_limit is None else float(r.time_limit),
+        )
         events.append((sj.submit_time, 0, sj, r))
         events.append((r.end_time.timestamp(), 1, sj, r))  # type: ignore[union-attr]
     events.sort(key=lambda e: (e[0], e[1]))

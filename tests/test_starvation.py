@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
-from test_engine_helpers import FixedPredictor, make_jobs
 
 from headway.sim.cluster import ClusterSpec
 from headway.sim.run import run_simulation
+from test_engine_helpers import FixedPredictor, make_jobs
 
 W = 1000.0
 
@@ -101,8 +101,11 @@ def test_a_hopeless_big_job_is_not_starved_by_a_stream_of_attractive_small_ones(
     preds = {f"j{i}": (0.99, 60.0, 60.0) for i in range(200)}
     preds["j1"] = (0.001, 10**6, 10**6)
     res = run_simulation(
-        make_jobs(rows), ClusterSpec.from_flags(4, 1), policy="impact",
-        predictor_factory=lambda: FixedPredictor(preds), policy_options={"max_wait_s": {"normal": W}},
+        make_jobs(rows),
+        ClusterSpec.from_flags(4, 1),
+        policy="impact",
+        predictor_factory=lambda: FixedPredictor(preds),
+        policy_options={"max_wait_s": {"normal": W}},
     )
     big = next(r for r in res.jobs.to_pylist() if r["job_id"] == "j1")
     # Starved at 1001 behind 4 running 400 s jobs: it waits for them, never for the newcomers.

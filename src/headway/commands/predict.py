@@ -27,15 +27,17 @@ app = typer.Typer(
 DEFAULT_MODEL = "headway-model.json"
 DbOpt = Annotated[
     Path | None,
-    typer.Option("--db", help="DuckDB job store (default ./headway.duckdb, or $HEADWAY_DB).", show_default=False),
+    typer.Option(
+        "--db", help="DuckDB job store (default ./headway.duckdb, or $HEADWAY_DB).", show_default=False
+    ),
 ]
 SourceOpt = Annotated[
     str | None,
-    typer.Option(help="Only jobs of this source (as stored by `headway ingest --source`).", show_default=False),
+    typer.Option(
+        help="Only jobs of this source (as stored by `headway ingest --source`).", show_default=False
+    ),
 ]
-CpuOpt = Annotated[
-    bool, typer.Option("--include-cpu", help="Also use CPU-only jobs (ignored by default).")
-]
+CpuOpt = Annotated[bool, typer.Option("--include-cpu", help="Also use CPU-only jobs (ignored by default).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON only (no table, no progress).")]
 ModelOpt = Annotated[Path, typer.Option("--model", help="Model file written by `headway predict train`.")]
 
@@ -76,7 +78,9 @@ def _load(db: Path | None, source: str | None, include_cpu: bool, quiet: bool) -
 @app.command("train")
 def train(
     db: DbOpt = None,
-    out_path: Annotated[Path, typer.Option("--out", help="Where to write the model file.")] = Path(DEFAULT_MODEL),
+    out_path: Annotated[Path, typer.Option("--out", help="Where to write the model file.")] = Path(
+        DEFAULT_MODEL
+    ),
     source: SourceOpt = None,
     include_cpu: CpuOpt = False,
     calibration: Annotated[
@@ -104,13 +108,19 @@ def train(
         model.save(out_path)
     except OSError as e:
         fail(f"{out_path}: cannot write the model file: {e.strerror}")
-    summary = {"model": str(out_path), "jobs": len(frame), "ended_jobs": n_ended, "seconds": seconds, **model.meta}
+    summary = {
+        "model": str(out_path),
+        "jobs": len(frame),
+        "ended_jobs": n_ended,
+        "seconds": seconds,
+        **model.meta,
+    }
     if as_json:
         print_json(summary)
         return
     out.print(
-        f"trained on {n_ended:,} ended jobs in {seconds:.1f}s: models {', '.join(model.meta['models']) or 'none'}"
-        f", calibration {model.meta['calibration']}"
+        f"trained on {n_ended:,} ended jobs in {seconds:.1f}s: "
+        f"models {', '.join(model.meta['models']) or 'none'}, calibration {model.meta['calibration']}"
     )
     missing = {"p_success", "runtime_q50", "ttf_q50"} - set(model.meta["models"])
     if missing:
@@ -157,7 +167,8 @@ def evaluate(
     sp = report["split"]
     out.print(
         f"test: {sp['test_jobs']:,} jobs submitted {sp['test_from'][:10]} .. {sp['test_to'][:10]} "
-        f"(success rate {sp['test_success_rate']:.1%}); trained on {sp['train_jobs']:,} jobs that ended before"
+        f"(success rate {sp['test_success_rate']:.1%}); "
+        f"trained on {sp['train_jobs']:,} jobs that ended before"
     )
     b = report["baseline"]
     t = Table(title="completion: model vs baseline (smoothed per-user success rate)")
@@ -169,18 +180,38 @@ def evaluate(
         t.add_row(key, _fmt(mv), _fmt(bv), "model" if better else "baseline")
     out.print(t)
     r = Table(title="reliability (10 bins)")
-    for col in ("bin", "jobs", "model predicted", "observed", "baseline jobs", "baseline predicted", "observed "):
+    for col in (
+        "bin",
+        "jobs",
+        "model predicted",
+        "observed",
+        "baseline jobs",
+        "baseline predicted",
+        "observed ",
+    ):
         r.add_column(col, justify="right")
     for m_row, b_row in zip(report["reliability"], b["reliability"], strict=True):
         r.add_row(
-            m_row["bin"], str(m_row["jobs"]), _fmt(m_row["predicted"], 2), _fmt(m_row["observed"], 2),
-            str(b_row["jobs"]), _fmt(b_row["predicted"], 2), _fmt(b_row["observed"], 2),
+            m_row["bin"],
+            str(m_row["jobs"]),
+            _fmt(m_row["predicted"], 2),
+            _fmt(m_row["observed"], 2),
+            str(b_row["jobs"]),
+            _fmt(b_row["predicted"], 2),
+            _fmt(b_row["observed"], 2),
         )
     out.print(r)
     rt = Table(title="runtime if it completes / time to failure (model vs user's median)")
     for col in ("metric", "runtime model", "runtime baseline", "ttf model", "ttf baseline"):
         rt.add_column(col, justify="left" if col == "metric" else "right")
-    for key in ("jobs", "median_abs_log_error", "within_10pct", "within_50pct", "within_100pct", "within_10x"):
+    for key in (
+        "jobs",
+        "median_abs_log_error",
+        "within_10pct",
+        "within_50pct",
+        "within_100pct",
+        "within_10x",
+    ):
         rt.add_row(
             key,
             _fmt(report["runtime"][key]),
@@ -251,7 +282,7 @@ def show(
     import numpy as np
 
     from headway.predict.explain import duration, top_reasons
-    from headway.predict.features import request_features, replay_state
+    from headway.predict.features import replay_state, request_features
     from headway.predict.model import FEATURES, ModelFileError, Predictor, fallback_predictions
 
     spec = any(v is not None for v in (user, name, group, gpus, time_limit, partition, priority_class))
@@ -302,7 +333,14 @@ def show(
             "priority_class": np.array([priority_class], dtype=object),
             "group": np.array([group], dtype=object),
         }
-        job = {"job_id": None, "user": user, "name": name, "group": group, "gpus": g, "submit_time": _iso(now)}
+        job = {
+            "job_id": None,
+            "user": user,
+            "name": name,
+            "group": group,
+            "gpus": g,
+            "submit_time": _iso(now),
+        }
     reasons: dict[str, list[dict[str, Any]]] = {}
     if model is not None:
         Xd = model.design(X, cats)
@@ -322,19 +360,24 @@ def show(
     else:
         pred = fallback_predictions(X, tl)
     p90 = float(pred.runtime_p90[0])
-    result = {
+    p_s, rt_s, ttf_s = float(pred.p_success[0]), float(pred.runtime[0]), float(pred.time_to_failure[0])
+    req = None if math.isnan(tl[0]) else float(tl[0])
+    suggested = suggest_time_limit(p90)
+    result: dict[str, Any] = {
         "job": job,
-        "p_success": float(pred.p_success[0]),
-        "runtime_s": float(pred.runtime[0]),
+        "p_success": p_s,
+        "runtime_s": rt_s,
         "runtime_p90_s": p90,
-        "time_to_failure_s": float(pred.time_to_failure[0]),
-        "requested_time_limit_s": None if math.isnan(tl[0]) else float(tl[0]),
-        "suggested_time_limit_s": suggest_time_limit(p90),
+        "time_to_failure_s": ttf_s,
+        "requested_time_limit_s": req,
+        "suggested_time_limit_s": suggested,
         "reasons": reasons,
         "model": str(model_path) if model is not None else None,
         "note": note,
-        "features": {n: (None if isinstance(v, float) and math.isnan(v) else v) for n, v in zip(
-            FEATURES, X[0].tolist() + [c[0] for c in cats.values()], strict=True)},
+        "features": {
+            n: (None if isinstance(v, float) and math.isnan(v) else v)
+            for n, v in zip(FEATURES, X[0].tolist() + [c[0] for c in cats.values()], strict=True)
+        },
     }
     if as_json:
         print_json(result)
@@ -343,13 +386,12 @@ def show(
     out.print(f"[bold]{who}[/] user={job['user']} name={job['name']} gpus={job['gpus']:g}", markup=True)
     if note:
         out.print(note)
-    out.print(f"  P(completes)          {result['p_success']:.0%}")
-    out.print(f"  runtime if it does    {duration(result['runtime_s'])} (p90 {duration(p90)})")
-    out.print(f"  time to failure       {duration(result['time_to_failure_s'])}")
-    req = result["requested_time_limit_s"]
+    out.print(f"  P(completes)          {p_s:.0%}")
+    out.print(f"  runtime if it does    {duration(rt_s)} (p90 {duration(p90)})")
+    out.print(f"  time to failure       {duration(ttf_s)}")
     out.print(
         f"  time limit            requested {duration(req) if req else 'none'}, "
-        f"suggested {duration(result['suggested_time_limit_s'])} (p90 runtime + 25%)"
+        f"suggested {duration(suggested)} (p90 runtime + 25%)"
     )
     titles = {"p_success": "completion", "runtime_q50": "runtime", "ttf_q50": "time to failure"}
     for key, rs in reasons.items():
@@ -357,8 +399,8 @@ def show(
         for r in rs:
             out.print(f"  - {r['words']} ({r['direction']})")
     if job_id is not None and job.get("state"):
-        rt_s = job.get("runtime")
-        out.print(f"what happened: {job['state']}" + (f" after {duration(rt_s)}" if rt_s is not None else ""))
+        ran = job.get("runtime")
+        out.print(f"what happened: {job['state']}" + (f" after {duration(ran)}" if ran is not None else ""))
 
 
 def _iso(t: float) -> str:

@@ -207,6 +207,7 @@ class Plan:
     reservation: tuple[int, float] | None = None  # (job id, estimated start) of the blocked head job
     estimated_start: Mapping[int, float] = field(default_factory=dict)
     wake_at: float | None = None  # the policy wants another pass then (e.g. a job about to starve)
+    decision: str = ""  # the policy core's Decision id
 
 
 Planner = Callable[[QueueView], Plan]

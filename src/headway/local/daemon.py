@@ -97,6 +97,7 @@ class DaemonConfig:
     store_path: Path | None = None  # DuckDB job store; default <state dir>/jobs.duckdb
     grace: float = 10.0  # seconds between SIGTERM and SIGKILL at a time limit or cancellation
     poll: float = 0.05  # seconds between looks at running jobs' run directories
+    min_pass: float = 0.2  # seconds between scheduling passes while things keep changing
     gpu_note: str = ""
 
     @property
@@ -461,7 +462,10 @@ class Daemon:
                     continue
                 plan = self.core.last_plan
                 wake = plan is not None and plan.wake_at is not None and now >= plan.wake_at
-                if self.dirty or wake or now - self.last_tick > 5.0:
+                # A pass ranks the whole queue: at most one per `min_pass` seconds, so a burst of
+                # submissions is ranked once, not once per job.
+                due = now - self.last_tick >= self.cfg.min_pass
+                if (self.dirty and due) or wake or now - self.last_tick > 5.0:
                     self.schedule(now)
                 self.flush_store_soon()
                 if now - self._last_retrain > 60.0:

@@ -63,6 +63,7 @@ CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     time REAL NOT NULL,
     policy TEXT NOT NULL,
+    decision TEXT NOT NULL DEFAULT '',
     starts TEXT NOT NULL,
     ranking TEXT NOT NULL,
     reservation TEXT
@@ -150,10 +151,12 @@ class StateDB:
             for e in plan.ranking
         ]
         cur = self.con.execute(
-            "INSERT INTO decisions (time, policy, starts, ranking, reservation) VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO decisions (time, policy, decision, starts, ranking, reservation) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
             (
                 now,
                 plan.policy,
+                plan.decision,
                 json.dumps([[jid, list(g)] for jid, g in plan.starts]),
                 json.dumps(ranking),
                 json.dumps(plan.reservation) if plan.reservation else None,

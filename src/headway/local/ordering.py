@@ -175,6 +175,7 @@ class LocalPlanner:
             reservation=reservation,
             estimated_start=estimate_starts(view, [e.job_id for e in ranking], {k for k, _ in starts}),
             wake_at=decision.wake_at,
+            decision=decision.id,
         )
 
 

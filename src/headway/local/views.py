@@ -192,7 +192,8 @@ class JobViews:
         me = next((e for e in ranking if e["job_id"] == row["id"]), None)
         if me is None:
             return {"decision_id": did}
-        lines.append(f"started by decision {did} ({dec['policy']}) at rank {me['rank']} of {len(ranking)}")
+        label = dec["decision"] or dec["policy"]
+        lines.append(f"started by decision {did} ({label}) at rank {me['rank']} of {len(ranking)}")
         entry = RankEntry(me["job_id"], me["rank"], me["score"], me["factors"], me["reason"])
         lines.extend(factor_words(entry))
         return {

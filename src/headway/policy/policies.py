@@ -121,7 +121,15 @@ class Policy:
         taken: list[tuple[list[tuple[int, int]], int]] = []  # (gpus used, pending pos) in this pass
         reservation: Reservation | None = None
         order = ranking.order
-        fmax, ftot, smax = int(free.max(initial=0)), int(free.sum()), int(share.max(initial=0))
+        has_frac = bool((milli > 0).any())
+
+        def limits() -> tuple[int, int, int]:
+            """Largest free node, free total, largest free share (only looked at with fractional jobs)."""
+            fm = int(free.max(initial=0))
+            sm = int(share.max(initial=0)) if has_frac else (FULL_SHARE if fm > 0 else 0)
+            return fm, int(free.sum()), sm
+
+        fmax, ftot, smax = limits()
         if self.mode == "greedy":
             # Free GPUs only shrink during a pass, so what cannot fit now is dropped in one step.
             fits = np.where(whole > 0, whole <= np.where(max_nodes > 1, ftot, fmax), milli <= smax)
@@ -132,10 +140,7 @@ class Policy:
             pos = int(order[i])
             i += 1
             w = int(whole[pos])
-            if w > 0:
-                feasible = w <= (ftot if max_nodes[pos] > 1 else fmax)
-            else:
-                feasible = milli[pos] <= smax
+            feasible = w <= (ftot if max_nodes[pos] > 1 else fmax) if w > 0 else milli[pos] <= smax
             alloc = (
                 place(self.placement, free, share, view.rack, view.n_racks, gpus[pos], int(max_nodes[pos]))
                 if feasible
@@ -144,7 +149,7 @@ class Policy:
             if alloc is not None:
                 taken.append((take(free, share, alloc), pos))
                 starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc))
-                fmax, ftot, smax = int(free.max(initial=0)), int(free.sum()), int(share.max(initial=0))
+                fmax, ftot, smax = limits()
                 if self.mode == "greedy" and smax <= 0 and not (milli[order[i:]] == 0).any():
                     break
                 continue
@@ -188,8 +193,10 @@ class Policy:
                 alloc = place(self.placement, pool, share, view.rack, view.n_racks, gpus[pos], m)
                 if alloc is None:
                     continue
-                whole_taken = alloc.counts if alloc.frac_gpu < 0 else (
-                    (1,) if share[alloc.nodes[0], alloc.frac_gpu] == FULL_SHARE else (0,)
+                whole_taken = (
+                    alloc.counts
+                    if alloc.frac_gpu < 0
+                    else ((1,) if share[alloc.nodes[0], alloc.frac_gpu] == FULL_SHARE else (0,))
                 )
                 if not ends_before and any(
                     c > spare[nd] for nd, c in zip(alloc.nodes, whole_taken, strict=True)
@@ -200,7 +207,7 @@ class Policy:
                     spare[nd] = min(int(spare[nd]) - (0 if ends_before else c), int(free[nd]))
                 taken.append((used, pos))
                 starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc, backfill=True))
-                fmax, ftot, smax = int(free.max(initial=0)), int(free.sum()), int(share.max(initial=0))
+                fmax, ftot, smax = limits()
                 spmax, sptot = int(spare.max(initial=0)), int(spare.sum())
         started = {s.key for s in starts}
         preempt, more = self.preemptions(snap, ranking, free, share, started)
@@ -410,8 +417,15 @@ class Las(Policy):
                 s2[mask] = FULL_SHARE
                 f2 += mask.sum(axis=1)
                 chosen.append(v)
-                alloc = self._try(f2, s2, view.rack, view.n_racks, p.gpus[pos], int(p.max_nodes[pos]),
-                                  gang_size(float(p.gpus[pos]))[0])
+                alloc = self._try(
+                    f2,
+                    s2,
+                    view.rack,
+                    view.n_racks,
+                    p.gpus[pos],
+                    int(p.max_nodes[pos]),
+                    gang_size(float(p.gpus[pos]))[0],
+                )
                 if alloc is not None:
                     break
             if alloc is None:
@@ -535,9 +549,7 @@ class Impact(Policy):
         return float(future.min()) if len(future) else None
 
 
-POLICIES: dict[str, type[Policy]] = {
-    c.name: c for c in (Fifo, SjfOracle, Qssf, Las, Multifactor, Impact)
-}
+POLICIES: dict[str, type[Policy]] = {c.name: c for c in (Fifo, SjfOracle, Qssf, Las, Multifactor, Impact)}
 
 
 def get_policy(name: str, placement: str | None = None, **knobs: object) -> Policy:

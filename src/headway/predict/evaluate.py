@@ -43,7 +43,9 @@ def log_loss(y: npt.NDArray[np.bool_], p: npt.NDArray[np.float64]) -> float:
     return float(-np.mean(np.where(y, np.log(pc), np.log(1 - pc)))) if len(y) else math.nan
 
 
-def reliability(y: npt.NDArray[np.bool_], p: npt.NDArray[np.float64], bins: int = ECE_BINS) -> list[dict[str, Any]]:
+def reliability(
+    y: npt.NDArray[np.bool_], p: npt.NDArray[np.float64], bins: int = ECE_BINS
+) -> list[dict[str, Any]]:
     """Equal-width probability bins: how many jobs, mean prediction, observed completion rate."""
     b = np.minimum((p * bins).astype(int), bins - 1)
     rows = []
@@ -118,7 +120,7 @@ def split(frame: FeatureFrame, test_fraction: float) -> tuple[npt.NDArray[np.int
     """(train rows, test rows): test = the last share of ended jobs by submit time; train = jobs that
     ended before the first test job was submitted."""
     lab = np.flatnonzero(frame.ended)  # frame rows are in submit order
-    n_test = int(round(len(lab) * test_fraction))
+    n_test = round(len(lab) * test_fraction)
     if n_test == 0 or n_test >= len(lab):
         raise ValueError(f"cannot split {len(lab)} ended jobs with test fraction {test_fraction}")
     test = lab[len(lab) - n_test :]

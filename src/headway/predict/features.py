@@ -101,7 +101,17 @@ class Window:
 class KeyStats:
     """Rolling history of one key (a user, a user+name, a group)."""
 
-    __slots__ = ("fail_streak", "last_fail", "last_success", "n", "recent", "runtime", "submits", "succ", "ttf")
+    __slots__ = (
+        "fail_streak",
+        "last_fail",
+        "last_success",
+        "n",
+        "recent",
+        "runtime",
+        "submits",
+        "succ",
+        "ttf",
+    )
 
     def __init__(self) -> None:
         self.n = 0
@@ -244,7 +254,12 @@ class RollingState:
             gr = (0.0 if group is not None else NAN, prior, NAN)
         ss = self.shapes.get((user, gpus))
         if ss is not None:
-            sh = (float(ss.n), (ss.succ + a_prior) / (ss.n + a), ss.runtime.quantile(0.5), ss.ttf.quantile(0.5))
+            sh = (
+                float(ss.n),
+                (ss.succ + a_prior) / (ss.n + a),
+                ss.runtime.quantile(0.5),
+                ss.ttf.quantile(0.5),
+            )
         else:
             sh = (0.0, prior, NAN, NAN)
         glob = (prior, _last(g.recent, 100), g.runtime.quantile(0.5), g.ttf.quantile(0.5))
@@ -420,12 +435,11 @@ def _key_history(
 ) -> _KeyHistory:
     """What `KeyStats` would hold for each query's key at its submit rank, from sorted ends + searchsorted."""
     keep = ekey >= 0
-    ekey, erank, erow, eend, esucc, elrt, estarted = (
-        a[keep] for a in (ekey, erank, erow, eend, esucc, elrt, estarted)
-    )
-    o = np.lexsort((erow, erank, ekey))
-    ekey, eend, esucc, elrt, estarted = ekey[o], eend[o], esucc[o], elrt[o], estarted[o]
-    comp = ekey * m + erank[o]
+    o = np.lexsort((erow[keep], erank[keep], ekey[keep]))
+    ekey, erank = ekey[keep][o], erank[keep][o]
+    eend, elrt = eend[keep][o], elrt[keep][o]
+    esucc, estarted = esucc[keep][o], estarted[keep][o]
+    comp = ekey * m + erank
     valid = qkey >= 0
     qk = np.where(valid, qkey, 0)
     qcomp = qk * m + qrank

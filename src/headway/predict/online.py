@@ -135,7 +135,7 @@ class OnlinePredictor:
         )
 
     def maybe_retrain(self, now: float) -> bool:
-        """Retrain when `retrain_every` jobs ended, or a day passed with some new ends, since the last time."""
+        """Retrain when `retrain_every` jobs ended, or a day passed with some new ends, since the last one."""
         self._advance(now)
         due_count = self._new_since_train >= self.retrain_every
         due_time = (

@@ -132,7 +132,7 @@ class Cluster:
         if not spec.nodes:
             raise ClusterSpecError("the cluster has no nodes")
         self.spec = spec
-        n, g = len(spec.nodes), spec.max_node_gpus
+        _n, g = len(spec.nodes), spec.max_node_gpus
         self.node_gpus: I64 = np.array([x.gpus for x in spec.nodes], dtype=np.int64)
         self.rack: I64 = np.array([x.rack for x in spec.nodes], dtype=np.int64)
         self.n_racks = spec.n_racks

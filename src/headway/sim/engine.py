@@ -81,7 +81,7 @@ class _Set:
     """A dense set of job keys with O(1) add and swap-remove, plus per-key columns kept alongside, so
     a snapshot copies contiguous slices instead of gathering from million-row arrays."""
 
-    def __init__(self, size: int, sources: dict[str, np.ndarray]) -> None:  # type: ignore[type-arg]
+    def __init__(self, size: int, sources: dict[str, np.ndarray]) -> None:
         size = max(size, 1)
         self.keys: I64 = np.empty(size, dtype=np.int64)
         self.pos: I64 = np.full(size, -1, dtype=np.int64)
@@ -123,7 +123,7 @@ class _Set:
     def view(self) -> I64:
         return self.keys[: self.n]
 
-    def col(self, name: str, copy: bool = False) -> np.ndarray:  # type: ignore[type-arg]
+    def col(self, name: str, copy: bool = False) -> np.ndarray:
         """Column slice: a read-only view (valid until the set changes), or a copy."""
         v = self.cols[name][: self.n]
         if copy:
@@ -132,7 +132,7 @@ class _Set:
         return v
 
 
-def _ro(a: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+def _ro(a: np.ndarray) -> np.ndarray:
     """A read-only view (the engine keeps writing the original)."""
     v = a.view()
     v.setflags(write=False)
@@ -148,7 +148,7 @@ class Engine:
     predictor: OnlinePredictor
     opts: EngineOptions = field(default_factory=EngineOptions)
 
-    def run(self) -> SimResult:  # noqa: C901 - the event loop reads best in one place
+    def run(self) -> SimResult:
         t_wall = wallclock.perf_counter()
         J, T, C, pol = self.jobs, self.truth, self.cluster, self.policy
         n = len(J)
@@ -179,16 +179,40 @@ class Engine:
         used_gpus: dict[int, list[tuple[int, int]]] = {}
         n_names = int(J.name_key.max(initial=-1)) + 2
         streak = np.zeros(n_names, dtype=np.int64)  # last slot (-1) stays 0: unnamed jobs never hold
-        pend = _Set(n, {
-            "job_id": J.job_id, "user": J.user, "klass": J.klass, "submit": J.submit, "gpus": J.gpus,
-            "max_nodes": max_nodes, "time_limit": J.time_limit, "p_success": p_succ, "runtime": r_pred,
-            "runtime_p90": r_p90, "time_to_failure": ttf, "attained": attained, "last_stop": last_stop,
-            "name_key": J.name_key, **({"oracle": T.runtime} if pol.oracle else {}),
-        })
-        runb = _Set(n, {
-            "job_id": J.job_id, "user": J.user, "klass": J.klass, "gpus": J.gpus, "start": run_start,
-            "time_limit": J.time_limit, "runtime": r_pred, "runtime_p90": r_p90, "attained": attained,
-        })
+        pend = _Set(
+            n,
+            {
+                "job_id": J.job_id,
+                "user": J.user,
+                "klass": J.klass,
+                "submit": J.submit,
+                "gpus": J.gpus,
+                "max_nodes": max_nodes,
+                "time_limit": J.time_limit,
+                "p_success": p_succ,
+                "runtime": r_pred,
+                "runtime_p90": r_p90,
+                "time_to_failure": ttf,
+                "attained": attained,
+                "last_stop": last_stop,
+                "name_key": J.name_key,
+                **({"oracle": T.runtime} if pol.oracle else {}),
+            },
+        )
+        runb = _Set(
+            n,
+            {
+                "job_id": J.job_id,
+                "user": J.user,
+                "klass": J.klass,
+                "gpus": J.gpus,
+                "start": run_start,
+                "time_limit": J.time_limit,
+                "runtime": r_pred,
+                "runtime_p90": r_p90,
+                "attained": attained,
+            },
+        )
         pend_sizes: Counter[tuple[int, int]] = Counter()  # (whole, max_nodes) of pending whole-GPU jobs
         pend_milli: Counter[int] = Counter()
         n_users = len(J.users)
@@ -198,7 +222,9 @@ class Engine:
         shares = np.zeros(n_users)
         lam = math.log(2) / self.opts.usage_half_life_s
         t_usage = 0.0
-        explain_keys = {i for i, j in enumerate(J.job_id) if j in self.opts.explain} if self.opts.explain else set()
+        explain_keys = (
+            {i for i, j in enumerate(J.job_id) if j in self.opts.explain} if self.opts.explain else set()
+        )
         explain: dict[str, list[WaitRecord]] = {str(J.job_id[k]): [] for k in explain_keys}
         tl = {c: array("d") for c in TIMELINE_COLUMNS}
         completed = 0
@@ -212,15 +238,24 @@ class Engine:
         decisions: list[Decision] = []
         next_retrain = self.opts.retrain_every_s
         preemptive = type(pol).preemptions is not Policy.preemptions
+        has_wake = type(pol).wake_at is not Policy.wake_at
         progress = self.opts.progress
         prog_step = max(n // 200, 1)
+        reported = 0
         ep0 = J.epoch0
 
         def submitted(k: int) -> SubmittedJob:
             tl_ = J.time_limit[k]
             return SubmittedJob(
-                str(J.job_id[k]), J.users[J.user[k]], J.group[k], J.name[k], J.partition[k],
-                J.classes[J.klass[k]], ep0 + float(J.submit[k]), float(J.gpus[k]), int(J.nodes[k]),
+                str(J.job_id[k]),
+                J.users[J.user[k]],
+                J.group[k],
+                J.name[k],
+                J.partition[k],
+                J.classes[J.klass[k]],
+                ep0 + float(J.submit[k]),
+                float(J.gpus[k]),
+                int(J.nodes[k]),
                 None if math.isnan(tl_) else float(tl_),
             )
 
@@ -282,17 +317,14 @@ class Engine:
                 return False
             fmax = int(C.free.max())
             ftot = int(C.free.sum()) if fmax else 0
-            for (w, m) in pend_sizes:
-                if w <= fmax or (m > 1 and w <= ftot):
-                    return True
-            return False
+            return any(w <= fmax or (m > 1 and w <= ftot) for w, m in pend_sizes)
 
         def frag_now() -> float:
             free_total = C.free_gpus
             if free_total <= 0 or pend.n == 0:
                 return 0.0
             ftot = int(C.free.sum())
-            for (w, m) in pend_sizes:
+            for w, m in pend_sizes:
                 if w <= ftot and not placeable(C.free, C.share, float(w), m):
                     return free_total
             if pend_milli:
@@ -310,21 +342,42 @@ class Engine:
             # Columns are fresh copies of contiguous slices; views of live state are read-only.
             keep = self.opts.log_decisions  # logged Decisions keep their rankings: give them copies
 
-            def c(name: str) -> np.ndarray:  # type: ignore[type-arg]
+            def c(name: str) -> np.ndarray:
                 return pend.col(name, keep)
 
-            def r(name: str) -> np.ndarray:  # type: ignore[type-arg]
+            def r(name: str) -> np.ndarray:
                 return runb.col(name, keep)
 
             pending = PendingJobs(
-                pend.keys[: pend.n].copy(), c("job_id"), c("user"), c("klass"), c("submit"), c("gpus"),
-                c("max_nodes"), c("time_limit"), c("p_success"), c("runtime"), c("runtime_p90"),
-                c("time_to_failure"), c("attained"), c("last_stop"), streak[pend.cols["name_key"][: pend.n]],
+                pend.keys[: pend.n].copy(),
+                c("job_id"),
+                c("user"),
+                c("klass"),
+                c("submit"),
+                c("gpus"),
+                c("max_nodes"),
+                c("time_limit"),
+                c("p_success"),
+                c("runtime"),
+                c("runtime_p90"),
+                c("time_to_failure"),
+                c("attained"),
+                c("last_stop"),
+                streak[pend.cols["name_key"][: pend.n]],
                 c("oracle") if pol.oracle else None,
             )
             running = RunningJobs(
-                runb.keys[: runb.n].copy(), r("job_id"), r("user"), r("klass"), r("gpus"), r("start"),
-                r("time_limit"), r("runtime"), r("runtime_p90"), r("attained"), np.ones(runb.n, dtype=bool),
+                runb.keys[: runb.n].copy(),
+                r("job_id"),
+                r("user"),
+                r("klass"),
+                r("gpus"),
+                r("start"),
+                r("time_limit"),
+                r("runtime"),
+                r("runtime_p90"),
+                r("attained"),
+                np.ones(runb.n, dtype=bool),
             )
             return Snapshot(now, passes, pending, running, cview, J.users, J.classes, usage.copy(), ro_users)
 
@@ -401,10 +454,11 @@ class Engine:
                 nxt += 1
                 events += 1
             # 3. wake-ups asked by the policy
+            woke = False
             while heap and heap[0][0] == now and heap[0][1] == PASS:
                 heapq.heappop(heap)
                 events += 1
-                changed = True
+                changed = woke = True
             if now >= next_retrain:
                 retrained = self.predictor.maybe_retrain(ep0 + now)
                 next_retrain = (math.floor(now / self.opts.retrain_every_s) + 1) * self.opts.retrain_every_s
@@ -421,7 +475,9 @@ class Engine:
             if not changed:
                 continue
             # 4. the scheduling pass
-            if pend.n and (preemptive or could_start() or (explain_keys and not explain_keys.isdisjoint(arrivals))):
+            if pend.n and (
+                preemptive or could_start() or (explain_keys and not explain_keys.isdisjoint(arrivals))
+            ):
                 advance_usage(now)
                 snap = snapshot(now)
                 dec = pol.decide(snap)
@@ -433,7 +489,9 @@ class Engine:
                 apply(dec, now)
                 if self.opts.validate:
                     C.validate()
-            elif pend.n and pol.wake_at is not Policy.wake_at:
+            elif pend.n and has_wake and (arrivals or woke):
+                # No pass, but the policy may want one later (a starvation deadline): only new jobs or
+                # a spent wake-up can move its earliest request, as the queue otherwise only shrinks.
                 snap = snapshot(now)
                 w = pol.wake_at(snap)
                 if w is not None and w > now:
@@ -447,7 +505,8 @@ class Engine:
                 strict=True,
             ):
                 tl[c].append(float(v))
-            if progress is not None and done % prog_step == 0:
+            if progress is not None and done - reported >= prog_step:
+                reported = done
                 progress(done, n)
         if progress is not None:
             progress(done, n)

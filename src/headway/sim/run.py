@@ -35,7 +35,7 @@ def default_predictor_factory() -> OnlinePredictor:
         if callable(fn):
             made: OnlinePredictor = fn()
             return made
-    for name in ("RollingPredictor", "OnlineLightGBM", "LightGBMOnlinePredictor", "OnlineModel", "Online"):
+    for name in ("OnlinePredictor",):
         cls = getattr(mod, name, None)
         if isinstance(cls, type):
             inst: OnlinePredictor = cls()
@@ -43,16 +43,18 @@ def default_predictor_factory() -> OnlinePredictor:
     raise RuntimeError("headway.predict.online has no predictor factory")
 
 
-def _seconds(col: pa.ChunkedArray) -> np.ndarray:  # type: ignore[type-arg]
+def _seconds(col: pa.ChunkedArray) -> np.ndarray:
     arr = col.cast(pa.int64()).to_numpy(zero_copy_only=False)
     return np.asarray(arr, dtype=np.float64) / 1e6
 
 
-def _floats(col: pa.ChunkedArray) -> np.ndarray:  # type: ignore[type-arg]
-    return np.asarray(col.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False), dtype=np.float64)
+def _floats(col: pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(
+        col.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False), dtype=np.float64
+    )
 
 
-def _objects(col: pa.ChunkedArray) -> np.ndarray:  # type: ignore[type-arg]
+def _objects(col: pa.ChunkedArray) -> np.ndarray:
     return np.asarray(col.to_pylist(), dtype=object)
 
 
@@ -131,7 +133,10 @@ def prepare(
     names = tt.column("name").to_pylist()
     nkey: dict[tuple[str, str], int] = {}
     name_key = np.array(
-        [-1 if nm is None else nkey.setdefault((u, nm), len(nkey)) for u, nm in zip(users_raw, names, strict=True)],
+        [
+            -1 if nm is None else nkey.setdefault((u, nm), len(nkey))
+            for u, nm in zip(users_raw, names, strict=True)
+        ],
         dtype=np.int64,
     )
     arrays = JobArrays(
