@@ -21,7 +21,7 @@ __all__ = ["shared_dir", "start_daemon"]
 
 
 def test_user_b_cannot_cancel_or_read_user_a_job_and_jobs_run_as_their_submitter(
-    start_daemon: Callable[..., DaemonProc], shared_dir: Path
+    shared_dir: Path, start_daemon: Callable[..., DaemonProc]
 ) -> None:
     alice, bob = need_users()
     work = shared_dir / "alice-work"
@@ -81,7 +81,7 @@ def test_user_b_cannot_cancel_or_read_user_a_job_and_jobs_run_as_their_submitter
 
 
 def test_a_job_cannot_start_in_a_directory_its_user_cannot_enter(
-    start_daemon: Callable[..., DaemonProc], shared_dir: Path
+    shared_dir: Path, start_daemon: Callable[..., DaemonProc]
 ) -> None:
     alice, _ = need_users()
     private = shared_dir / "root-only"
@@ -106,7 +106,7 @@ def test_a_job_cannot_start_in_a_directory_its_user_cannot_enter(
 
 
 def test_a_daemon_not_running_as_root_refuses_jobs_from_other_users(
-    start_daemon: Callable[..., DaemonProc], shared_dir: Path
+    shared_dir: Path, start_daemon: Callable[..., DaemonProc]
 ) -> None:
     alice, bob = need_users()
     state = shared_dir / "alice-state"

@@ -109,7 +109,7 @@ def test_why_tells_a_pending_job_its_rank_factors_and_estimated_start(
 
 
 def test_jobs_of_a_user_with_a_good_history_start_before_those_of_a_user_with_a_bad_one(
-    start_daemon: Callable[..., DaemonProc], shared_dir: Path
+    shared_dir: Path, start_daemon: Callable[..., DaemonProc]
 ) -> None:
     alice, bob = need_users()
     store = shared_dir / "history.duckdb"

@@ -159,7 +159,8 @@ def as_user(pw: pwd.struct_passwd, state_dir: Path, msg: dict[str, Any]) -> dict
 
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
-    """A state dir that other users can reach (pytest's tmp dirs are private to root)."""
+    """A state dir that other users can reach (pytest's tmp dirs are private to root). Request it before
+    start_daemon, so that it is removed after the daemon has been stopped."""
     base = Path(tempfile.mkdtemp(prefix="headway-shared-"))
     base.chmod(0o755)
     yield base

@@ -7,6 +7,7 @@ import typer
 from headway.commands import audit, demo, ingest, predict, simulate
 from headway.commands import daemon as daemon_cmd
 from headway.commands import queue as queue_cmd
+from headway.commands import slurm as slurm_cmd
 
 app = typer.Typer(
     name="headway",
@@ -23,7 +24,7 @@ app.command("export")(ingest.export)
 app.command("audit")(audit.audit)
 app.command("demo")(demo.demo)
 app.add_typer(predict.app, name="predict")
-app.add_typer(__import__("headway.commands.slurm", fromlist=["app"]).app, name="slurm")
+app.add_typer(slurm_cmd.app, name="slurm")
 app.command("simulate")(simulate.simulate)
 app.command("sweep")(simulate.sweep)
 app.command("synth")(simulate.synth)

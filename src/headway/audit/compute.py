@@ -257,8 +257,9 @@ def _repeat_failures(q: _Q, top: int, min_run: int, wasted: float) -> dict[str, 
         f"{flags} FROM num WHERE bad GROUP BY key, oks HAVING count(*) >= {int(min_run)}), "
         "s AS (SELECT s0.*, all_oks > oks AS success_followed FROM s0 JOIN tot USING (key)), "
         "best AS (SELECT *, count(*) OVER () AS c_all, sum(n) OVER () AS n_all, sum(gh) OVER () AS gh_all, "
-        "count(*) FILTER (NOT success_followed) OVER () AS c_open, "
-        "coalesce(sum(gh) FILTER (NOT success_followed) OVER (), 0) AS gh_open FROM s "
+        # no FILTER inside window aggregates: DuckDB evaluates those per row over the whole frame (quadratic)
+        "sum(CAST(NOT success_followed AS INTEGER)) OVER () AS c_open, "
+        "sum(CASE WHEN success_followed THEN 0.0 ELSE gh END) OVER () AS gh_open FROM s "
         f"ORDER BY gh DESC, n DESC, key LIMIT {int(top)}), "
         f'names AS (SELECT {key} AS key, any_value("user") AS u, any_value(coalesce(name, "group")) AS k, '
         f"any_value(name IS NULL) AS by_group FROM a WHERE {key} IN (SELECT key FROM best) GROUP BY 1) "

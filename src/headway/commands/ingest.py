@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -12,9 +12,11 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 
 from headway.console import err, fail, out, print_json
-from headway.store import JobStore, StoreError
 from headway.traces.base import BadInputError, ReadOptions, ReadResult
 from headway.traces.registry import FORMATS, get_reader, sniff
+
+if TYPE_CHECKING:
+    from headway.store import JobStore
 
 DbOpt = Annotated[
     Path | None,
@@ -113,6 +115,8 @@ def ingest(
             fail(str(e))
     if not inputs:
         fail("nothing to ingest: give one or more files, or --from-slurm")
+    from headway.store import JobStore, StoreError
+
     try:
         store = JobStore(db)
     except StoreError as e:
@@ -159,6 +163,8 @@ def export(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
 ) -> None:
     """Export the job store to a Parquet file (schema of DESIGN.md plus runtime, wait, gpu_hours)."""
+    from headway.store import JobStore, StoreError
+
     try:
         with JobStore(db, read_only=True) as store:
             n = store.export_parquet(parquet)

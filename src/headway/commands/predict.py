@@ -144,6 +144,13 @@ def evaluate(
     ] = 0.3,
     source: SourceOpt = None,
     include_cpu: CpuOpt = False,
+    recalibrate: Annotated[
+        str,
+        typer.Option(
+            help="none: score the model frozen at the split; daily: refresh its calibration each test day "
+            "from outcomes known by then (both are in --json)."
+        ),
+    ] = "none",
     as_json: JsonOpt = False,
 ) -> None:
     """Temporal split: train on the past, score the latest jobs, side by side with the simple baselines.
@@ -155,10 +162,12 @@ def evaluate(
 
     if not 0.0 < test_fraction < 1.0:
         fail(f"--test-fraction must be between 0 and 1, got {test_fraction}")
+    if recalibrate not in ("none", "daily"):
+        fail(f"--recalibrate: expected none or daily, got {recalibrate!r}")
     frame = _load(db, source, include_cpu, as_json)
     try:
         with _step("training on the past and scoring the test jobs", as_json):
-            report = run_eval(frame, test_fraction)
+            report = run_eval(frame, test_fraction, recalibrate=recalibrate)
     except ValueError as e:
         fail(str(e))
     if as_json:
@@ -220,6 +229,11 @@ def evaluate(
             _fmt(b["time_to_failure"][key]),
         )
     out.print(rt)
+    o = report["other_mode"]
+    out.print(
+        f"with --recalibrate {o['recalibration']}: auc {o['auc']:.3f}, brier {o['brier']:.3f}, "
+        f"ece {o['ece']:.3f}"
+    )
     out.print(f"p90 runtime covers {report['runtime']['p90_coverage']:.1%} of completed test jobs")
     for claim, ok in report["claims"].items():
         if isinstance(ok, bool):

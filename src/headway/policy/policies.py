@@ -173,10 +173,11 @@ class Policy:
             tested = 0
             cand = order[i:]
             # Necessary condition (free only shrinks in a pass): filter in one vectorised step.
-            ok = np.where(
-                whole[cand] > 0, whole[cand] <= np.where(max_nodes[cand] > 1, ftot, fmax), milli[cand] <= smax
-            )
             spmax, sptot = int(spare.max(initial=0)), int(spare.sum())
+            wc, multi = whole[cand], max_nodes[cand] > 1
+            before = snap.now + est[cand] <= shadow
+            room = np.where(before, np.where(multi, ftot, fmax), np.where(multi, sptot, spmax))
+            ok = np.where(wc > 0, wc <= room, milli[cand] <= smax)
             for pos in cand[ok].tolist():
                 if tested >= self.backfill_depth or (ftot == 0 and smax <= 0):
                     break
