@@ -24,14 +24,11 @@ RECAL_WINDOW = 1000
 
 def auc(y: npt.NDArray[np.bool_], p: npt.NDArray[np.float64]) -> float:
     """Area under the ROC curve (ties counted half); NaN when only one class is present."""
-    from scipy.stats import rankdata
+    from sklearn.metrics import roc_auc_score
 
-    n1 = int(y.sum())
-    n0 = len(y) - n1
-    if n1 == 0 or n0 == 0:
+    if y.all() or not y.any():
         return math.nan
-    r = rankdata(p)
-    return float((r[y].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+    return float(roc_auc_score(y, p))
 
 
 def brier(y: npt.NDArray[np.bool_], p: npt.NDArray[np.float64]) -> float:

@@ -246,12 +246,12 @@ class RollingState:
                 ns.ttf.quantile(0.5),
             )
         else:
-            nm = (0.0, prior, 0.0, NAN, NAN, NAN) if name is not None else (NAN, prior, NAN, NAN, NAN, NAN)
+            nm = (0.0, prior, 0.0, NAN, NAN, NAN) if name is not None else (NAN,) * 6
         gs = self.groups.get(group) if group is not None else None
         if gs is not None:
             gr = (float(gs.n), (gs.succ + a_prior) / (gs.n + a), gs.runtime.quantile(0.5))
         else:
-            gr = (0.0 if group is not None else NAN, prior, NAN)
+            gr = (0.0, prior, NAN) if group is not None else (NAN, NAN, NAN)
         ss = self.shapes.get((user, gpus))
         if ss is not None:
             sh = (
@@ -570,13 +570,13 @@ def _vector_history(
         u_(u.ttf_med),
         u_(u.rt_last),
         np.where(has_n, nm.n, nan),
-        np.where(has_n, rate(nm), prior),
+        np.where(has_n, rate(nm), nan),
         np.where(has_n, nm.streak, nan),
         np.where(has_n, nm.rt_med, nan),
         np.where(has_n, nm.rt_p90, nan),
         np.where(has_n, nm.ttf_med, nan),
         np.where(has_g, gr.n, nan),
-        np.where(has_g, rate(gr), prior),
+        np.where(has_g, rate(gr), nan),
         np.where(has_g, gr.rt_med, nan),
         sh.n,
         rate(sh),

@@ -202,7 +202,7 @@ def _finish(
 
 def _threads(rows: int) -> int:
     """One thread for small batches: waking a thread pool costs more than a few rows of trees."""
-    return 1 if rows < 20_000 else 2
+    return 1 if rows < 4096 else 2
 
 
 def _sigmoid(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
