@@ -196,9 +196,10 @@ def test_impact_starved_jobs_go_first_oldest_deadline_first_and_held_jobs_last()
         {"id": "repeat-failer", "p": 0.99, "R": 60, "submit": 9 * HOUR, "streak": 3},
         {"id": "ok", "p": 0.5, "R": HOUR, "submit": 9 * HOUR},
     ]
-    s = snapshot(pending(rows), now=30 * HOUR)  # normal max_wait is 24 h
-    assert order_ids("impact", s) == ["starved-early", "starved-late", "great", "ok", "repeat-failer"]
-    rk = get_policy("impact").rank(s)
+    s = snapshot(pending(rows), now=30 * HOUR)
+    day = {"max_wait_s": {"normal": 24 * HOUR}}
+    assert order_ids("impact", s, **day) == ["starved-early", "starved-late", "great", "ok", "repeat-failer"]
+    rk = get_policy("impact", **day).rank(s)
     assert "starved" in rk.reason(2) and "held" in rk.reason(3)
     assert len(rk.reasons()) == 5
 

@@ -54,9 +54,9 @@ def test_summary_takes_the_median_over_seeds_with_min_and_max() -> None:
         for s, u in enumerate([0.5, 0.9, 0.6])
     ]
     summary = summarise(res, ["utilisation", "queue_delay_p99"])
-    u = summary[("fifo", "1")]["utilisation"]
+    u = summary[("fifo", "1.0")]["utilisation"]
     assert (u.median, u.low, u.high, u.n) == (0.6, 0.5, 0.9, 3)
-    assert summary[("fifo", "1")]["queue_delay_p99"].median is None
+    assert summary[("fifo", "1.0")]["queue_delay_p99"].median is None
     rows = list(iter_rows(summary))
     assert rows[0]["metrics"]["utilisation"]["seeds"] == 3
 

@@ -679,14 +679,15 @@ def _write_html(
 
 # ---------------------------------------------------------------------------------------------- sweep
 
-SWEEP_METRICS: tuple[str, ...] = (
-    "time_to_success_mean",
-    "time_to_success_p95",
-    "queue_delay_p99",
-    "bounded_slowdown_mean",
-    "utilisation",
-    "jain_fairness",
+SWEEP_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("time_to_success_mean", "TTS\nmean"),
+    ("time_to_success_p95", "TTS\np95"),
+    ("queue_delay_p99", "wait\np99"),
+    ("bounded_slowdown_mean", "BSLD\nmean"),
+    ("utilisation", "util"),
+    ("jain_fairness", "Jain"),
 )
+SWEEP_METRICS: tuple[str, ...] = tuple(m for m, _ in SWEEP_COLUMNS)
 
 
 def sweep(
@@ -771,18 +772,24 @@ def sweep(
             }
         )
         return
-    t = Table(title=f"{info.label}: median over {len(seed_list)} seeds [dim](min-max)[/]", show_lines=True)
-    t.add_column("load")
-    t.add_column("policy", style="bold")
-    for m in SWEEP_METRICS:
-        t.add_column(m.replace("_", " "), justify="right")
+    t = Table(
+        title=f"{Path(info.label).name}: median over {len(seed_list)} seeds",
+        caption="below each median: half the min-max range over seeds, as % of the median",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_lines=True,
+    )
+    t.add_column("load", no_wrap=True)
+    t.add_column("policy", style="bold", no_wrap=True)
+    for _, label in SWEEP_COLUMNS:
+        t.add_column(label, justify="right", no_wrap=True)
     for (pol, ld), row in summary.items():
         cells_txt = []
-        for m in SWEEP_METRICS:
+        for m, _ in SWEEP_COLUMNS:
             s = row[m]
             txt = fmt_metric(m, s.median)
-            if s.n > 1 and s.low is not None and s.high is not None:
-                txt += f"\n[dim]{fmt_metric(m, s.low)}-{fmt_metric(m, s.high)}[/]"
+            if s.n > 1 and s.low is not None and s.high is not None and s.median:
+                txt += f"\n[dim]±{50 * (s.high - s.low) / abs(s.median):.0f}%[/]"
             cells_txt.append(txt)
         t.add_row(ld, pol, *cells_txt)
     out.print(t)

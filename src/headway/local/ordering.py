@@ -322,7 +322,5 @@ def build_predictor(store: Path, extra: Sequence[Path] = (), model: Path | None 
             pass  # a damaged model file: start from the fallbacks, the next retraining replaces it
         else:
             # The loaded model already covers this history: count retraining from now, not from zero.
-            pred.predict([], model.stat().st_mtime)
-            pred._new_since_train = 0
-            pred._last_train = model.stat().st_mtime
+            pred.mark_trained(model.stat().st_mtime)
     return pred

@@ -31,6 +31,8 @@ WORDS: dict[str, tuple[str, str]] = {
     "user_log_runtime_p90": ("the user's p90 runtime", _LOGS),
     "user_log_ttf_median": ("the user's median time to failure", _LOGS),
     "user_log_runtime_last": ("the user's last successful runtime", _LOGS),
+    "user_log_runtime_recent5": ("the median of the user's last 5 successful runtimes", _LOGS),
+    "shape_log_runtime_recent5": ("the median of the user's last 5 runtimes at this GPU count", _LOGS),
     "name_jobs_ended": ("earlier runs of this job name", _COUNT),
     "name_success_rate": ("this job name's smoothed success rate", _RATE),
     "name_fail_streak": ("failures in a row of this job name", _COUNT),

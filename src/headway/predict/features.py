@@ -23,6 +23,7 @@ from headway.schema import ENDED_STATES, State
 NAN = math.nan
 PRIOR_STRENGTH = 4.0  # pseudo-jobs of the Beta prior: how much history outweighs the global rate
 USER_WINDOW = 25  # runtimes kept per user for the running median / p90
+RECENT = 5  # the "recent" runtime median: the last 5 successes track a user's current work best
 NAME_WINDOW = 15  # per user+name
 GROUP_WINDOW = 25
 GLOBAL_WINDOW = 51
@@ -45,6 +46,7 @@ HISTORY_FEATURES: tuple[str, ...] = (
     "user_log_runtime_p90",
     "user_log_ttf_median",
     "user_log_runtime_last",
+    "user_log_runtime_recent5",
     "name_jobs_ended",
     "name_success_rate",
     "name_fail_streak",
@@ -57,6 +59,7 @@ HISTORY_FEATURES: tuple[str, ...] = (
     "shape_jobs_ended",
     "shape_success_rate",
     "shape_log_runtime_median",
+    "shape_log_runtime_recent5",
     "shape_log_ttf_median",
     "global_success_rate",
     "global_last100",
@@ -96,6 +99,14 @@ class Window:
         if not s:
             return NAN
         return s[int(q * (len(s) - 1) + 0.5)]
+
+    def recent_median(self, k: int = RECENT) -> float:
+        """Median (same rank rule as `quantile`) of the last k values in arrival order."""
+        o = self.order
+        if not o:
+            return NAN
+        last = sorted(o[i] for i in range(max(0, len(o) - k), len(o)))
+        return last[int(0.5 * (len(last) - 1) + 0.5)]
 
 
 class KeyStats:
@@ -228,13 +239,14 @@ class RollingState:
                 us.runtime.quantile(0.9),
                 us.ttf.quantile(0.5),
                 us.runtime.order[-1] if us.runtime.order else NAN,
+                us.runtime.recent_median(),
             )
         elif user is not None:
             us = self.users[user] = KeyStats()
             us.submits.append(t)
-            u = (0.0, prior, NAN, NAN, NAN, 0.0, NAN, NAN, 0.0, NAN, NAN, NAN, NAN)
+            u = (0.0, prior, NAN, NAN, NAN, 0.0, NAN, NAN, 0.0, NAN, NAN, NAN, NAN, NAN)
         else:
-            u = (NAN, prior, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN)
+            u = (NAN, prior, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN)
         ns = self.names.get((user, name)) if name is not None else None
         if ns is not None:
             nm = (
@@ -258,10 +270,11 @@ class RollingState:
                 float(ss.n),
                 (ss.succ + a_prior) / (ss.n + a),
                 ss.runtime.quantile(0.5),
+                ss.runtime.recent_median(),
                 ss.ttf.quantile(0.5),
             )
         else:
-            sh = (0.0, prior, NAN, NAN)
+            sh = (0.0, prior, NAN, NAN, NAN)
         glob = (prior, _last(g.recent, 100), g.runtime.quantile(0.5), g.ttf.quantile(0.5))
         return (*u, *nm, *gr, *sh, *glob)
 
@@ -418,6 +431,7 @@ class _KeyHistory:
     rt_p90: npt.NDArray[np.float64]
     ttf_med: npt.NDArray[np.float64]
     rt_last: npt.NDArray[np.float64]
+    rt_recent: npt.NDArray[np.float64]
 
 
 def _key_history(
@@ -484,7 +498,10 @@ def _key_history(
     rt_med, rt_p90 = windowed(esucc, (0.5, 0.9))
     (ttf_med,) = windowed(~esucc & estarted, (0.5,))
     (rt_last,) = windowed(esucc, (1.0,), 1)
-    return _KeyHistory(n, succ, last, streak, last_fail, last_success, rt_med, rt_p90, ttf_med, rt_last)
+    (rt_recent,) = windowed(esucc, (0.5,), RECENT)
+    return _KeyHistory(
+        n, succ, last, streak, last_fail, last_success, rt_med, rt_p90, ttf_med, rt_last, rt_recent
+    )
 
 
 def _vector_history(
@@ -569,6 +586,7 @@ def _vector_history(
         u_(u.rt_p90),
         u_(u.ttf_med),
         u_(u.rt_last),
+        u_(u.rt_recent),
         np.where(has_n, nm.n, nan),
         np.where(has_n, rate(nm), nan),
         np.where(has_n, nm.streak, nan),
@@ -581,6 +599,7 @@ def _vector_history(
         sh.n,
         rate(sh),
         sh.rt_med,
+        sh.rt_recent,
         sh.ttf_med,
         prior,
         g.last[100],

@@ -61,6 +61,9 @@ class TrainConfig:
     min_rows: int = 50  # fewer examples than this: that part falls back to running medians / rates
     threads: int = 2  # used from SMALL_FIT_ROWS examples up; smaller fits use one thread
     seed: int = 7
+    halflife_days: float | None = 3.0  # weight examples by recency: half weight 3 days before the latest
+    runtime_start: str = "recent5"  # runtime models start from: recent5 (user's last 5) | median (last 25)
+    runtime_trees: bool = False  # correct the median runtime with trees (off: see docs/predict.md)
 
 
 @dataclass(slots=True)
@@ -84,7 +87,13 @@ class Calibration:
         return np.clip(out, *P_CLIP)
 
     @classmethod
-    def fit(cls, kind: str, p: npt.NDArray[np.float64], y: npt.NDArray[np.bool_]) -> Calibration:
+    def fit(
+        cls,
+        kind: str,
+        p: npt.NDArray[np.float64],
+        y: npt.NDArray[np.bool_],
+        weight: npt.NDArray[np.float64] | None = None,
+    ) -> Calibration:
         if len(p) < 30 or y.all() or not y.any():
             return cls()
         if kind == "auto":
@@ -94,11 +103,13 @@ class Calibration:
             from sklearn.linear_model import LogisticRegression
 
             pc = np.clip(p, 1e-6, 1 - 1e-6)
-            lr = LogisticRegression(C=1e6).fit(np.log(pc / (1 - pc)).reshape(-1, 1), y)
+            lr = LogisticRegression(C=1e6).fit(np.log(pc / (1 - pc)).reshape(-1, 1), y, sample_weight=weight)
             return cls(kind="platt", a=float(lr.coef_[0, 0]), b=float(lr.intercept_[0]))
         from sklearn.isotonic import IsotonicRegression
 
-        iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(p, y.astype(float))
+        iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(
+            p, y.astype(float), sample_weight=weight
+        )
         return cls(kind="isotonic", x=iso.X_thresholds_.tolist(), y=iso.y_thresholds_.tolist())
 
 
@@ -122,7 +133,15 @@ def design(
     return np.hstack(cols)
 
 
-def fallback_predictions(X: npt.NDArray[np.float64], time_limit: npt.NDArray[np.float64]) -> Predictions:
+RUNTIME_STARTS = {
+    "recent5": "user_log_runtime_recent5",
+    "median": "user_log_runtime_median",
+}
+
+
+def fallback_predictions(
+    X: npt.NDArray[np.float64], time_limit: npt.NDArray[np.float64], runtime_start: str = "recent5"
+) -> Predictions:
     """Cold-start predictions from the feature row alone: smoothed rates and running medians."""
     p = X[:, _COL["name_success_rate"]].copy()
     few_name = ~(X[:, _COL["name_jobs_ended"]] >= 3)
@@ -131,7 +150,7 @@ def fallback_predictions(X: npt.NDArray[np.float64], time_limit: npt.NDArray[np.
         X,
         (
             "name_log_runtime_median",
-            "user_log_runtime_median",
+            RUNTIME_STARTS[runtime_start],
             "group_log_runtime_median",
             "global_log_runtime_median",
         ),
@@ -144,14 +163,14 @@ def fallback_predictions(X: npt.NDArray[np.float64], time_limit: npt.NDArray[np.
 
 
 def offsets(
-    X: npt.NDArray[np.float64], time_limit: npt.NDArray[np.float64]
+    X: npt.NDArray[np.float64], time_limit: npt.NDArray[np.float64], runtime_start: str = "recent5"
 ) -> dict[str, npt.NDArray[np.float64]]:
     """Where each model starts before its trees: the fallback prediction (log-odds / log seconds).
 
     The trees learn corrections to these, so a thin history still gives the running medians and rates,
     and a feature like "the user's median runtime" maps one-to-one instead of through step functions.
     """
-    fb = fallback_predictions(X, time_limit)
+    fb = fallback_predictions(X, time_limit, runtime_start)
     p = np.clip(fb.p_success, *P_CLIP)
     return {
         "p_success": np.log(p / (1 - p)),
@@ -203,6 +222,25 @@ def _finish(
 def _threads(rows: int) -> int:
     """One thread for small batches: waking a thread pool costs more than a few rows of trees."""
     return 1 if rows < 4096 else 2
+
+
+SHRINK_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def _best_shrink(
+    start: npt.NDArray[np.float64], corr: npt.NDArray[np.float64], target: npt.NDArray[np.float64], alpha: float
+) -> float:
+    """How much of the trees' correction to the running median to keep: the share (from SHRINK_GRID) with
+    the lowest pinball loss on the later validation slice. Corrections that do not carry over to later
+    jobs are dropped, so the model cannot do worse there than its starting point."""
+    ok = ~np.isnan(start)
+    if not ok.any():
+        return 1.0
+    losses = []
+    for lam in SHRINK_GRID:
+        r = target[ok] - (start[ok] + lam * corr[ok])
+        losses.append(float(np.mean(np.maximum(alpha * r, (alpha - 1.0) * r))))
+    return SHRINK_GRID[int(np.argmin(losses))]
 
 
 def _sigmoid(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -284,8 +322,13 @@ class Predictor:
             "config": asdict(cfg),
         }
         calibration = Calibration()
+        shrink: dict[str, float] = {}
 
-        off = offsets(frame.X[rows], frame.time_limit[rows])
+        off = offsets(frame.X[rows], frame.time_limit[rows], cfg.runtime_start)
+        weight = np.ones(n)
+        if cfg.halflife_days and n:
+            age_days = (frame.submit[rows][-1] - frame.submit[rows]) / 86400.0
+            weight = 0.5 ** (age_days / cfg.halflife_days)
 
         def train(
             key: str,
@@ -305,6 +348,7 @@ class Predictor:
             dfit = lgb.Dataset(
                 Xd[sel_fit],
                 target[sel_fit],
+                weight=weight[sel_fit],
                 init_score=o[sel_fit],
                 categorical_feature=cat_idx,
                 free_raw_data=True,
@@ -313,7 +357,13 @@ class Predictor:
             valid_sets = []
             if len(sel_val) >= cfg.min_rows:
                 valid_sets = [
-                    lgb.Dataset(Xd[sel_val], target[sel_val], init_score=o[sel_val], reference=dfit)
+                    lgb.Dataset(
+                        Xd[sel_val],
+                        target[sel_val],
+                        weight=weight[sel_val],
+                        init_score=o[sel_val],
+                        reference=dfit,
+                    )
                 ]
                 callbacks = [lgb.early_stopping(cfg.early_stopping, verbose=False)]
             return lgb.train(params, dfit, num_boost_round=rounds, valid_sets=valid_sets, callbacks=callbacks)
@@ -323,7 +373,7 @@ class Predictor:
             boosters["p_success"] = b
             if n_cal:
                 raw = _sigmoid(b.predict(Xd[cal_idx], raw_score=True) + off["p_success"][cal_idx])
-                calibration = Calibration.fit(cfg.calibration, raw, y[cal_idx])
+                calibration = Calibration.fit(cfg.calibration, raw, y[cal_idx], weight[cal_idx])
         for part, sel in (("runtime", y & started), ("ttf", ~y & started)):
             f_sel = fit_idx[sel[fit_idx]]
             v_sel = cal_idx[sel[cal_idx]]
@@ -332,10 +382,17 @@ class Predictor:
                 continue
             for alpha in (0.5, 0.9) if part == "runtime" else (0.5,):  # the API has no p90 time to failure
                 key = f"{part}_q{int(alpha * 100)}"
+                if key == "runtime_q50" and not cfg.runtime_trees:
+                    continue  # the recent-runs median is the estimate: tree corrections did not carry over
                 boosters[key] = train(
                     key, "quantile", f_sel, v_sel, log_rt, cfg.quantile_rounds, alpha=alpha, metric="quantile"
                 )
+                if len(v_sel) >= cfg.min_rows:
+                    corr = boosters[key].predict(Xd[v_sel], raw_score=True)
+                    shrink[key] = _best_shrink(off[OFFSET_OF[key]][v_sel], corr, log_rt[v_sel], alpha)
         meta["models"] = sorted(boosters)
+        meta["shrink"] = shrink
+        meta["runtime_start"] = cfg.runtime_start
         meta["calibration"] = calibration.kind
         return cls(vocab=vocab, calibration=calibration, boosters=boosters, meta=meta)
 
@@ -352,14 +409,15 @@ class Predictor:
 
     def predict_design(self, Xd: npt.NDArray[np.float64], time_limit: npt.NDArray[np.float64]) -> Predictions:
         """Predictions for rows of the design matrix; missing parts come from the fallback."""
-        off = offsets(Xd[:, : len(NUMERIC_FEATURES)], time_limit)
+        off = offsets(Xd[:, : len(NUMERIC_FEATURES)], time_limit, self.meta.get("runtime_start", "recent5"))
         b = self.boosters
+
+        shrink = self.meta.get("shrink", {})
 
         def raw(key: str, fallback: str) -> npt.NDArray[np.float64]:
             if key in b:
-                out: npt.NDArray[np.float64] = (
-                    b[key].predict(Xd, raw_score=True, num_threads=_threads(len(Xd))) + off[OFFSET_OF[key]]
-                )
+                corr = b[key].predict(Xd, raw_score=True, num_threads=_threads(len(Xd)))
+                out: npt.NDArray[np.float64] = shrink.get(key, 1.0) * corr + off[OFFSET_OF[key]]
                 return out
             return off[fallback]
 

@@ -104,6 +104,13 @@ class OnlinePredictor:
         self._last_train: float | None = None
         self._now = -np.inf
 
+    def mark_trained(self, now: float) -> None:
+        """Treat the current model as trained at `now` on everything that ended before it (a model loaded
+        from a file after replaying its history), so retraining counts from here, not from zero."""
+        self._advance(now)
+        self._new_since_train = 0
+        self._last_train = now
+
     # -- api.OnlinePredictor -------------------------------------------------------------------------
     def observe_end(self, ended: EndedJob) -> None:
         """Queue one job's end; it reaches the rolling state once the clock is strictly past it."""

@@ -458,7 +458,11 @@ class Engine:
             while heap and heap[0][0] == now and heap[0][1] == PASS:
                 heapq.heappop(heap)
                 events += 1
-                changed = woke = True
+                # A wake-up for a queue that has emptied since it was asked for changes nothing.
+                woke = woke or pend.n > 0 or bool(arrivals)
+            changed = changed or woke
+            if not changed and not arrivals:
+                continue
             if now >= next_retrain:
                 retrained = self.predictor.maybe_retrain(ep0 + now)
                 next_retrain = (math.floor(now / self.opts.retrain_every_s) + 1) * self.opts.retrain_every_s

@@ -30,7 +30,7 @@ class Cell:
 
     @property
     def load_label(self) -> str:
-        return "natural" if self.load is None else f"{self.load:g}"
+        return "natural" if self.load is None else str(float(self.load))
 
 
 @dataclass(frozen=True, slots=True)
