@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +10,15 @@ import pytest
 
 from headway.predict.evaluate import auc, brier, ece, evaluate, runtime_profile, split
 from headway.predict.features import build_features
-from headway.predict.model import Calibration, ModelFileError, Predictor, TrainConfig, fallback_predictions
+from headway.predict.model import (
+    SHRINK_GRID,
+    Calibration,
+    ModelFileError,
+    Predictor,
+    TrainConfig,
+    _best_shrink,
+    fallback_predictions,
+)
 from headway.predict.synthetic import make_history
 
 FAST = TrainConfig(rounds=60, quantile_rounds=40, early_stopping=10)
@@ -46,7 +55,29 @@ def test_model_beats_the_per_user_baseline_on_learnable_history(frame) -> None: 
     assert r["auc"] > r["baseline"]["auc"] + 0.02
     assert r["brier"] < r["baseline"]["brier"]
     assert r["runtime"]["within_50pct"] > r["baseline"]["runtime"]["within_50pct"]
-    assert set(r["model"]["models"]) == {"p_success", "runtime_q50", "runtime_q90", "ttf_q50"}
+    # the median runtime is the recent-runs median (no tree corrections by default); p90 and ttf are trees
+    assert set(r["model"]["models"]) == {"p_success", "runtime_q90", "ttf_q50"}
+    assert r["retrain"] == "daily" and r["other_mode"]["retrain"] == "none"
+
+
+def test_runtime_trees_can_be_switched_on_and_a_useless_correction_is_shrunk_away(frame) -> None:  # type: ignore[no-untyped-def]
+    model = Predictor.fit(frame, config=replace(FAST, runtime_trees=True))
+    assert "runtime_q50" in model.boosters and model.meta["shrink"]["runtime_q50"] in SHRINK_GRID
+    rng = np.random.default_rng(1)
+    target = rng.normal(0.0, 1.0, 500)
+    assert _best_shrink(target, rng.normal(0.0, 1.0, 500), target, 0.5) == 0.0  # noise: keep none of it
+    assert _best_shrink(np.zeros(500), target, target, 0.5) == 1.0  # the exact correction: keep all
+
+
+def test_recency_weights_let_the_calibration_follow_a_drifting_success_rate() -> None:
+    rng = np.random.default_rng(4)
+    p = rng.uniform(0.3, 0.7, 4000)
+    y = np.concatenate([rng.random(2000) < 0.8, rng.random(2000) < 0.2])  # the rate falls halfway
+    age_days = np.linspace(20.0, 0.0, 4000)
+    weight = 0.5 ** (age_days / 3.0)
+    recent = Calibration.fit("platt", p, y, weight).apply(np.array([0.5]))[0]
+    flat = Calibration.fit("platt", p, y).apply(np.array([0.5]))[0]
+    assert recent < 0.3 < 0.4 < flat
 
 
 def test_saved_model_loads_and_predicts_identically(frame, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

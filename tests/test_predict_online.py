@@ -92,3 +92,12 @@ def test_replaying_a_history_matches_batch_features_and_retrains_every_k_jobs() 
         np.testing.assert_allclose(served[jid], frame.X[k, :n_hist], rtol=1e-12, equal_nan=True)
     assert retrains == p.trainings >= 2
     assert p.model is not None
+
+
+def test_mark_trained_counts_retraining_from_a_loaded_model() -> None:
+    p = OnlinePredictor(retrain_every=3, min_train_jobs=1, min_new_jobs=1)
+    for i in range(5):
+        p.observe_end(EndedJob(_job(i, 0.0), 0.0, 10.0 + i, "COMPLETED" if i % 2 else "FAILED"))
+    p.mark_trained(100.0)
+    assert p.state.ended == 5  # the clock moved past every reported end
+    assert not p.maybe_retrain(101.0)  # nothing new since the loaded model, and not a day later

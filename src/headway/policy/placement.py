@@ -8,6 +8,7 @@ share: the first such GPU (first-fit) or the one with the least free share that 
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import numpy as np
@@ -146,7 +147,9 @@ def _tightest_for_rest(free: I64, chosen: list[int], candidates: list[int], rest
     return best
 
 
-def _topology(free: I64, rack: I64, n_racks: int, g: int, max_nodes: int) -> Allocation | None:
+def _topology(
+    free: I64, rack: I64, n_racks: int, g: int, max_nodes: int, rack_free: I64 | None = None
+) -> Allocation | None:
     ok1 = free >= g
     if ok1.any():  # one node: in the tightest rack that holds it, the tightest node
         rack_free = np.bincount(rack, weights=free, minlength=n_racks).astype(np.int64)
@@ -171,7 +174,7 @@ def _topology(free: I64, rack: I64, n_racks: int, g: int, max_nodes: int) -> All
     topk = np.bincount(r_sorted, weights=np.where(within < k, fr, 0), minlength=n_racks)
     ok = topk >= g
     if ok.any():
-        total = np.bincount(rack, weights=free, minlength=n_racks)
+        total = rack_free if rack_free is not None else np.bincount(rack, weights=free, minlength=n_racks)
         r = int(np.argmin(np.where(ok, total, np.inf)))
         in_rack = by_rack[starts[r] : starts[r] + int((r_sorted == r).sum())]
         nodes = in_rack.tolist()
@@ -202,3 +205,187 @@ def take(free: I64, share: I64, alloc: Allocation) -> list[tuple[int, int]]:
         free[n] -= c
         used.extend([(n, gi) for gi in idx.tolist()])
     return used
+
+
+class FreeIndex:
+    """A pass's scratch free GPUs with per-rack totals and the one-node topology key kept current.
+
+    A pass starts hundreds of jobs; recomputing rack totals and scanning every node for each one was
+    most of its cost. After a few placements the index switches to one heap of (key, node) per free
+    count, updated only for the rack a start touches (stale entries are skipped when they surface).
+    Placements equal `place` on the same arrays, ties included; starts must go through `take`.
+    """
+
+    __slots__ = (
+        "_calls",
+        "_free_l",
+        "_heaps",
+        "_key_l",
+        "_members",
+        "_partial",
+        "_rack_free",
+        "free",
+        "n_racks",
+        "node_key",
+        "rack",
+        "share",
+        "total",
+    )
+    BUCKETS_AFTER = 8  # one-node placements served by vector scans before the heaps are built
+
+    def __init__(self, free: I64, share: I64, rack: I64, n_racks: int) -> None:
+        self.free, self.share, self.rack, self.n_racks = free, share, rack, n_racks
+        self._rack_free: I64 | None = None  # free GPUs per rack, built when topology needs it
+        self.node_key: I64 | None = None  # one-node topology key; None when stale (rebuilt on demand)
+        self.total = int(free.sum())
+        self._partial: dict[tuple[int, int], int] | None = None  # GPUs partly shared: built on demand
+        self._calls = 0
+        self._heaps: list[list[tuple[int, int]]] | None = None
+        self._free_l: list[int] = []
+        self._key_l: list[int] = []
+        self._members: list[list[int]] = []
+
+    def _build(self) -> None:
+        free_l = self.free.tolist()
+        top = max(free_l, default=0)
+        if top > 1023:  # the key caps a node's free count there; keep the vector path
+            self._calls = -(1 << 62)
+            return
+        key_l = self._node_key().tolist()
+        heaps: list[list[tuple[int, int]]] = [[] for _ in range(top + 1)]
+        for n, f in enumerate(free_l):
+            if f > 0:
+                heaps[f].append((key_l[n], n))
+        for h in heaps:
+            heapq.heapify(h)
+        members: list[list[int]] = [[] for _ in range(self.n_racks)]
+        for n, r in enumerate(self.rack.tolist()):
+            members[r].append(n)
+        self._heaps, self._free_l, self._key_l, self._members = heaps, free_l, key_l, members
+
+    @property
+    def rack_free(self) -> I64:
+        if self._rack_free is None:
+            self._rack_free = np.bincount(self.rack, weights=self.free, minlength=self.n_racks).astype(
+                np.int64
+            )
+        return self._rack_free
+
+    def _node_key(self) -> I64:
+        if self.node_key is None:
+            self.node_key = self.rack_free[self.rack] * 1024 + np.minimum(self.free, 1023)
+        return self.node_key
+
+    def _top(self, f: int) -> tuple[int, int] | None:
+        """The valid (key, node) at the top of free count f's heap, dropping stale entries."""
+        assert self._heaps is not None
+        h, free_l, key_l = self._heaps[f], self._free_l, self._key_l
+        while h:
+            k, n = h[0]
+            if free_l[n] == f and key_l[n] == k:
+                return h[0]
+            heapq.heappop(h)
+        return None
+
+    def max_free(self) -> int:
+        """The largest whole-GPU free count on one node."""
+        if self._heaps is None:
+            return int(self.free.max(initial=0))
+        for f in range(len(self._heaps) - 1, 0, -1):
+            if self._top(f) is not None:
+                return f
+        return 0
+
+    def place(self, how: str, gpus: float, max_nodes: int) -> Allocation | None:
+        whole, milli = gang_size(gpus)
+        if how != "topology":
+            return place(how, self.free, self.share, self.rack, self.n_racks, gpus, max_nodes)
+        if whole == 0:
+            return Allocation((), ()) if milli == 0 else self._fraction(milli)
+        self._calls += 1
+        if self._heaps is None and self._calls > self.BUCKETS_AFTER:
+            self._build()
+        if self._heaps is not None:
+            best: tuple[int, int] | None = None
+            for f in range(whole, len(self._heaps)):
+                t = self._top(f)
+                if t is not None and (best is None or t < best):
+                    best = t
+            if best is not None:
+                return Allocation((best[1],), (whole,))
+        else:
+            cand = np.where(self.free >= whole, self._node_key(), _BIG)
+            i = int(cand.argmin())
+            if cand[i] < _BIG:
+                return Allocation((i,), (whole,))
+        if max_nodes == 1:
+            return None
+        return _topology(self.free, self.rack, self.n_racks, whole, max_nodes, self.rack_free)
+
+    def _partials(self) -> dict[tuple[int, int], int]:
+        if self._partial is None:
+            sh = self.share
+            rows, cols = np.nonzero((sh > 0) & (sh < FULL_SHARE))
+            self._partial = {(r, c): int(sh[r, c]) for r, c in zip(rows.tolist(), cols.tolist(), strict=True)}
+        return self._partial
+
+    def _fraction(self, milli: int) -> Allocation | None:
+        """`_place_fraction("topology", ...)`: the tightest partly used GPU, else a whole free one."""
+        free, rack_free, rack = self.free, self.rack_free, self.rack
+        fits = [(s, rc) for rc, s in self._partials().items() if s >= milli]
+        if fits:
+            smin = min(s for s, _ in fits)
+            pairs = sorted(rc for s, rc in fits if s == smin)
+            keys = [min(int(free[n]), 1023) * (1 << 32) + int(rack_free[rack[n]]) for n, _ in pairs]
+            n, gi = pairs[keys.index(min(keys))]
+            return Allocation((n,), (0,), gi, milli)
+        if self._heaps is not None:
+            n = -1
+            for f in range(1, len(self._heaps)):  # fewest whole free GPUs, then tightest rack, then index
+                t = self._top(f)
+                if t is not None:
+                    n = t[1]
+                    break
+            if n < 0:
+                return None
+        else:
+            key = np.where(free >= 1, np.minimum(free, 1023) * (1 << 32) + rack_free[rack], _BIG)
+            n = int(key.argmin())
+            if key[n] >= _BIG:
+                return None
+        gi = int(np.argmax(self.share[n] == FULL_SHARE))
+        return Allocation((n,), (0,), gi, milli)
+
+    def take(self, alloc: Allocation) -> list[tuple[int, int]]:
+        free, rack = self.free, self.rack
+        before = [int(free[n]) for n in alloc.nodes]
+        used = take(free, self.share, alloc)
+        if alloc.frac_gpu >= 0 and self._partial is not None:
+            n, gi = used[0]
+            s = int(self.share[n, gi])
+            if 0 < s < FULL_SHARE:
+                self._partial[(n, gi)] = s
+            else:
+                self._partial.pop((n, gi), None)
+        heaps = self._heaps
+        for n, was in zip(alloc.nodes, before, strict=True):
+            now = int(free[n])
+            if now == was:
+                continue
+            self.total -= was - now
+            if self._rack_free is None:
+                continue
+            r = int(rack[n])
+            self._rack_free[r] -= was - now
+            if heaps is not None:
+                rf = int(self.rack_free[r]) * 1024
+                free_l, key_l = self._free_l, self._key_l
+                free_l[n] = now
+                for m in self._members[r]:
+                    fm = free_l[m]
+                    key_l[m] = rf + min(fm, 1023)
+                    if fm > 0:
+                        heapq.heappush(heaps[fm], (key_l[m], m))
+                continue
+            self.node_key = None
+        return used

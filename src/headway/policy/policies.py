@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from headway.policy.placement import PLACEMENTS, gang_size, place, placeable, take
+from headway.policy.placement import PLACEMENTS, FreeIndex, gang_size, place, placeable, take
 from headway.policy.snapshot import (
     F64,
     FULL_SHARE,
@@ -118,6 +118,7 @@ class Policy:
         if len(p) == 0:
             return Decision(did, snap.now, ranking=ranking, wake_at=self.wake_at(snap))
         free, share = view.free.copy(), view.share.copy()
+        index = FreeIndex(free, share, view.rack, view.n_racks)
         gpus, max_nodes = p.gpus, p.max_nodes
         whole = np.where(gpus >= 1.0, np.ceil(gpus - 1e-9), 0).astype(np.int64)
         milli = np.where((gpus > 0) & (gpus < 1.0), np.maximum(1, np.round(gpus * FULL_SHARE)), 0)
@@ -129,10 +130,10 @@ class Policy:
 
         def limits() -> tuple[int, int, int]:
             """Largest free node, free total, largest free share (only looked at with fractional jobs)."""
-            fm = int(free.max(initial=0))
+            fm = index.max_free()
             # A whole free GPU is a full share; only without one is the largest partial share needed.
             sm = FULL_SHARE if fm > 0 else (int(share.max(initial=0)) if has_frac else 0)
-            return fm, int(free.sum()), sm
+            return fm, index.total, sm
 
         fmax, ftot, smax = limits()
         if self.mode == "greedy":
@@ -140,19 +141,18 @@ class Policy:
             fits = np.where(whole > 0, whole <= np.where(max_nodes > 1, ftot, fmax), milli <= smax)
             order = order[fits[order]]
         i, n = 0, len(order)
+        # Plain lists: per-job numpy scalar reads dominate a pass that starts thousands of jobs.
+        whole_l, milli_l, mn_l, gpus_l = whole.tolist(), milli.tolist(), max_nodes.tolist(), gpus.tolist()
+        order_l = order.tolist()
         # Phase 1: in rank order, start what fits until the first job that does not (or all, greedy).
         while i < n:
-            pos = int(order[i])
+            pos = order_l[i]
             i += 1
-            w = int(whole[pos])
-            feasible = w <= (ftot if max_nodes[pos] > 1 else fmax) if w > 0 else milli[pos] <= smax
-            alloc = (
-                place(self.placement, free, share, view.rack, view.n_racks, gpus[pos], int(max_nodes[pos]))
-                if feasible
-                else None
-            )
+            w = whole_l[pos]
+            feasible = w <= (ftot if mn_l[pos] > 1 else fmax) if w > 0 else milli_l[pos] <= smax
+            alloc = index.place(self.placement, gpus_l[pos], mn_l[pos]) if feasible else None
             if alloc is not None:
-                taken.append((take(free, share, alloc), pos))
+                taken.append((index.take(alloc), pos))
                 starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc))
                 fmax, ftot, smax = limits()
                 if self.mode == "greedy" and smax <= 0 and not (milli[order[i:]] == 0).any():
@@ -188,15 +188,18 @@ class Policy:
                     break
                 tested += 1
                 ends_before = snap.now + est[pos] <= shadow
-                w, m = int(whole[pos]), int(max_nodes[pos])
+                w, m = whole_l[pos], mn_l[pos]
                 if w > 0:
                     cap_max, cap_tot = (fmax, ftot) if ends_before else (spmax, sptot)
                     if w > (cap_tot if m > 1 else cap_max):
                         continue
-                elif milli[pos] > smax:
+                elif milli_l[pos] > smax:
                     continue
-                pool = free if ends_before else spare
-                alloc = place(self.placement, pool, share, view.rack, view.n_racks, gpus[pos], m)
+                alloc = (
+                    index.place(self.placement, gpus_l[pos], m)
+                    if ends_before
+                    else place(self.placement, spare, share, view.rack, view.n_racks, gpus_l[pos], m)
+                )
                 if alloc is None:
                     continue
                 whole_taken = (
@@ -208,7 +211,7 @@ class Policy:
                     c > spare[nd] for nd, c in zip(alloc.nodes, whole_taken, strict=True)
                 ):
                     continue
-                used = take(free, share, alloc)
+                used = index.take(alloc)
                 for nd, c in zip(alloc.nodes, whole_taken, strict=True):
                     spare[nd] = min(int(spare[nd]) - (0 if ends_before else c), int(free[nd]))
                 taken.append((used, pos))

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from headway.predict.features import FeatureFrame
 from headway.predict.api import Predictions
+from headway.predict.features import FeatureFrame
 from headway.predict.model import P_CLIP, Predictor, TrainConfig
 
 ECE_BINS = 10

@@ -116,6 +116,8 @@ class KeyStats:
         "fail_streak",
         "last_fail",
         "last_success",
+        "memo",
+        "memo_at",
         "n",
         "recent",
         "runtime",
@@ -134,6 +136,19 @@ class KeyStats:
         self.runtime = Window()
         self.ttf = Window()
         self.submits: deque[float] = deque()
+        self.memo: tuple[float, ...] = ()  # this key's part of a feature row, valid while memo_at holds
+        self.memo_at = -1
+
+    def runtime_part(self) -> tuple[float, float, float, float, float]:
+        """Median, p90, median time to failure, last and recent-5 median runtime (log seconds)."""
+        rt = self.runtime
+        return (
+            rt.quantile(0.5),
+            rt.quantile(0.9),
+            self.ttf.quantile(0.5),
+            rt.order[-1] if rt.order else NAN,
+            rt.recent_median(),
+        )
 
     def end(self, success: bool, end_time: float, log_rt: float, started: bool, k: int) -> None:
         self.n += 1
@@ -209,14 +224,27 @@ class RollingState:
         ss.end(success, end_time, log_rt, started, NAME_WINDOW)
 
     # -- reads ---------------------------------------------------------------------------------------
+    def _parts(self) -> tuple[float, float, tuple[float, ...]]:
+        """(prior, a * prior, the cluster's part of a row): one computation per end, shared by all rows."""
+        g = self.glob
+        if g.memo_at != self.ended:
+            prior = (g.succ + 1.0) / (g.n + 2.0)
+            g.memo = (prior, _last(g.recent, 100), g.runtime.quantile(0.5), g.ttf.quantile(0.5))
+            g.memo_at = self.ended
+        prior = g.memo[0]
+        return prior, PRIOR_STRENGTH * prior, g.memo
+
     def row(
         self, user: str | None, group: str | None, name: str | None, gpus: float, t: float
     ) -> tuple[float, ...]:
-        """History features of a job submitted at `t` (and count it as a submission of its user)."""
-        g = self.glob
-        prior = (g.succ + 1.0) / (g.n + 2.0)
+        """History features of a job submitted at `t` (and count it as a submission of its user).
+
+        Each key's part of the row only changes when a job ends (every rate depends on the cluster's
+        rate, so any end), so it is memoised per key until the next end: rows of a batch of pending jobs
+        of the same users cost a dictionary lookup each."""
+        prior, a_prior, glob = self._parts()
         a = PRIOR_STRENGTH
-        a_prior = a * prior
+        at = self.ended
         us = self.users.get(user) if user is not None else None
         if us is not None:
             subs = us.submits
@@ -224,22 +252,25 @@ class RollingState:
                 subs.popleft()
             n_subs = float(len(subs))
             subs.append(t)
-            rec = us.recent
+            if us.memo_at != at:
+                rec = us.recent
+                us.memo = (
+                    float(us.n),
+                    (us.succ + a_prior) / (us.n + a),
+                    _last(rec, 1),
+                    _last(rec, 3),
+                    _last(rec, 10),
+                    float(us.fail_streak),
+                    *us.runtime_part(),
+                )
+                us.memo_at = at
+            m = us.memo
             u = (
-                float(us.n),
-                (us.succ + a_prior) / (us.n + a),
-                _last(rec, 1),
-                _last(rec, 3),
-                _last(rec, 10),
-                float(us.fail_streak),
+                *m[:6],
                 (t - us.last_fail) / 3600.0,
                 (t - us.last_success) / 3600.0,
                 n_subs,
-                us.runtime.quantile(0.5),
-                us.runtime.quantile(0.9),
-                us.ttf.quantile(0.5),
-                us.runtime.order[-1] if us.runtime.order else NAN,
-                us.runtime.recent_median(),
+                *m[6:],
             )
         elif user is not None:
             us = self.users[user] = KeyStats()
@@ -249,33 +280,41 @@ class RollingState:
             u = (NAN, prior, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN)
         ns = self.names.get((user, name)) if name is not None else None
         if ns is not None:
-            nm = (
-                float(ns.n),
-                (ns.succ + a_prior) / (ns.n + a),
-                float(ns.fail_streak),
-                ns.runtime.quantile(0.5),
-                ns.runtime.quantile(0.9),
-                ns.ttf.quantile(0.5),
-            )
+            if ns.memo_at != at:
+                ns.memo = (
+                    float(ns.n),
+                    (ns.succ + a_prior) / (ns.n + a),
+                    float(ns.fail_streak),
+                    ns.runtime.quantile(0.5),
+                    ns.runtime.quantile(0.9),
+                    ns.ttf.quantile(0.5),
+                )
+                ns.memo_at = at
+            nm = ns.memo
         else:
             nm = (0.0, prior, 0.0, NAN, NAN, NAN) if name is not None else (NAN,) * 6
         gs = self.groups.get(group) if group is not None else None
         if gs is not None:
-            gr = (float(gs.n), (gs.succ + a_prior) / (gs.n + a), gs.runtime.quantile(0.5))
+            if gs.memo_at != at:
+                gs.memo = (float(gs.n), (gs.succ + a_prior) / (gs.n + a), gs.runtime.quantile(0.5))
+                gs.memo_at = at
+            gr = gs.memo
         else:
             gr = (0.0, prior, NAN) if group is not None else (NAN, NAN, NAN)
         ss = self.shapes.get((user, gpus))
         if ss is not None:
-            sh = (
-                float(ss.n),
-                (ss.succ + a_prior) / (ss.n + a),
-                ss.runtime.quantile(0.5),
-                ss.runtime.recent_median(),
-                ss.ttf.quantile(0.5),
-            )
+            if ss.memo_at != at:
+                ss.memo = (
+                    float(ss.n),
+                    (ss.succ + a_prior) / (ss.n + a),
+                    ss.runtime.quantile(0.5),
+                    ss.runtime.recent_median(),
+                    ss.ttf.quantile(0.5),
+                )
+                ss.memo_at = at
+            sh = ss.memo
         else:
             sh = (0.0, prior, NAN, NAN, NAN)
-        glob = (prior, _last(g.recent, 100), g.runtime.quantile(0.5), g.ttf.quantile(0.5))
         return (*u, *nm, *gr, *sh, *glob)
 
     def peek_row(

@@ -59,7 +59,7 @@ class TrainConfig:
     calibration: str = "auto"  # isotonic | platt | auto (isotonic from 5,000 calibration jobs up)
     max_rows: int = 250_000  # train each model on at most the most recent this many jobs
     min_rows: int = 50  # fewer examples than this: that part falls back to running medians / rates
-    threads: int = 2  # used from SMALL_FIT_ROWS examples up; smaller fits use one thread
+    threads: int = 1  # LightGBM threads from SMALL_FIT_ROWS examples up (smaller fits always use one)
     seed: int = 7
     halflife_days: float | None = 3.0  # weight examples by recency: half weight 3 days before the latest
     runtime_start: str = "recent5"  # runtime models start from: recent5 (user's last 5) | median (last 25)
@@ -219,16 +219,23 @@ def _finish(
     )
 
 
+PREDICT_THREADS = 1
+
+
 def _threads(rows: int) -> int:
-    """One thread for small batches: waking a thread pool costs more than a few rows of trees."""
-    return 1 if rows < 4096 else 2
+    """One thread: on a busy scheduler host OpenMP threads fight the other processes for cores (measured
+    on a loaded 2-core machine: 2 threads were up to 9x slower than 1 in training, and slower to predict)."""
+    return 1 if rows < 4096 else PREDICT_THREADS
 
 
 SHRINK_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 def _best_shrink(
-    start: npt.NDArray[np.float64], corr: npt.NDArray[np.float64], target: npt.NDArray[np.float64], alpha: float
+    start: npt.NDArray[np.float64],
+    corr: npt.NDArray[np.float64],
+    target: npt.NDArray[np.float64],
+    alpha: float,
 ) -> float:
     """How much of the trees' correction to the running median to keep: the share (from SHRINK_GRID) with
     the lowest pinball loss on the later validation slice. Corrections that do not carry over to later
@@ -300,6 +307,7 @@ class Predictor:
                 learning_rate=max(cfg.learning_rate, 0.1),
                 rounds=min(cfg.rounds, 150),
                 quantile_rounds=min(cfg.quantile_rounds, 60),
+                early_stopping=min(cfg.early_stopping, 15),
             )
         vocab = {
             name: sorted({str(v) for v in frame.cats[name][rows].tolist() if v is not None})
