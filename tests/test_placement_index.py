@@ -32,11 +32,12 @@ def _cluster(
 def test_free_index_places_like_place_through_a_pass(
     seed: int, nodes: int, per_rack: int, requests: list[float]
 ) -> None:
-    free, share, rack, n_racks = _cluster(seed, nodes, 8, per_rack)
-    ref_free, ref_share = free.copy(), share.copy()
-    index = FreeIndex(free, share, rack, n_racks)
-    for how in ("topology",):
-        for gpus in requests:
+    for mode in ("topology", "first-fit", "mixed"):
+        free, share, rack, n_racks = _cluster(seed, nodes, 8, per_rack)
+        ref_free, ref_share = free.copy(), share.copy()
+        index = FreeIndex(free, share, rack, n_racks)
+        for i, gpus in enumerate(requests):
+            how = mode if mode != "mixed" else ("first-fit", "topology")[(i // 10) % 2]
             max_nodes = max(1, int(np.ceil(gpus / 8)))
             want = place(how, ref_free, ref_share, rack, n_racks, float(gpus), max_nodes)
             got = index.place(how, float(gpus), max_nodes)

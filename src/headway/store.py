@@ -87,29 +87,31 @@ class JobStore:
             # (a sort) is only paid when the batch has duplicates: about 40% of a 1M-row ingest otherwise.
             dup_sql = "SELECT count(*) - count(DISTINCT (source, job_id)) FROM _incoming"
             dup = self.con.execute(dup_sql).fetchone()
+            src = "_incoming"
             if dup and dup[0]:
                 self.con.execute(
-                    "CREATE OR REPLACE TEMP TABLE _new AS SELECT * EXCLUDE (_rn) FROM ("
+                    "CREATE OR REPLACE TEMP TABLE _new AS SELECT * EXCLUDE (_rn, rowid_) FROM ("
                     "SELECT *, row_number() OVER (PARTITION BY source, job_id ORDER BY rowid_ DESC) AS _rn "
                     "FROM (SELECT *, row_number() OVER () AS rowid_ FROM _incoming)) WHERE _rn = 1"
                 )
-            else:
-                self.con.execute("CREATE OR REPLACE TEMP TABLE _new AS SELECT *, 0 AS rowid_ FROM _incoming")
-            self.con.execute("ALTER TABLE _new DROP COLUMN rowid_")
-            self.con.execute(
-                "DELETE FROM jobs USING _new WHERE jobs.source = _new.source AND jobs.job_id = _new.job_id"
-            )
+                src = "_new"
+            # Replacing needs a join against the stored jobs; an empty store (a first ingest) skips it.
+            if self.con.execute("SELECT 1 FROM jobs LIMIT 1").fetchone():
+                self.con.execute(
+                    f"DELETE FROM jobs USING {src} AS n "
+                    "WHERE jobs.source = n.source AND jobs.job_id = n.job_id"
+                )
             cols = ", ".join(_q(c) for c in FIELD_NAMES)
-            self.con.execute(f"INSERT INTO jobs ({cols}) SELECT {cols} FROM _new")
-            n = self.con.execute("SELECT count(*) FROM _new").fetchone()
-            self.con.execute("DROP TABLE _new")
+            self.con.execute(f"INSERT INTO jobs ({cols}) SELECT {cols} FROM {src}")
+            row = self.con.execute(f"SELECT count(*) FROM {src}").fetchone()
+            self.con.execute("DROP TABLE IF EXISTS _new")
             self.con.execute("COMMIT")
         except Exception:
             self.con.execute("ROLLBACK")
             raise
         finally:
             self.con.unregister("_incoming")
-        return int(n[0]) if n else 0
+        return int(row[0]) if row else 0
 
     def record_ingest(
         self, path: str, fmt: str, source: str, rows_read: int, jobs: int, bad_rows: int

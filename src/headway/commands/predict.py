@@ -364,6 +364,7 @@ def show(
         words = {
             "p_success": ("raises the chance", "lowers the chance"),
             "runtime_q50": ("makes it longer", "makes it shorter"),
+            "runtime_q90": ("makes the p90 longer", "makes the p90 shorter"),
             "ttf_q50": ("later failure", "earlier failure"),
         }
         for key, (up, down) in words.items():
@@ -408,7 +409,12 @@ def show(
         f"  time limit            requested {duration(req) if req else 'none'}, "
         f"suggested {duration(suggested)} (p90 runtime + 25%)"
     )
-    titles = {"p_success": "completion", "runtime_q50": "runtime", "ttf_q50": "time to failure"}
+    titles = {
+        "p_success": "completion",
+        "runtime_q50": "runtime",
+        "runtime_q90": "p90 runtime",
+        "ttf_q50": "time to failure",
+    }
     for key, rs in reasons.items():
         out.print(f"[bold]what drove the {titles[key]} prediction[/]", markup=True)
         for r in rs:

@@ -17,6 +17,8 @@ from headway.policy.snapshot import FULL_SHARE, I64, Allocation
 
 PLACEMENTS: tuple[str, ...] = ("first-fit", "topology")
 _BIG = np.iinfo(np.int64).max // 4
+_NODE_BITS = 21  # FreeIndex packs (key, node) into one int: nodes below 2M
+_NODE_MASK = (1 << _NODE_BITS) - 1
 
 
 def gang_size(gpus: float) -> tuple[int, int]:
@@ -218,6 +220,7 @@ class FreeIndex:
 
     __slots__ = (
         "_calls",
+        "_ff",
         "_free_l",
         "_heaps",
         "_key_l",
@@ -240,28 +243,35 @@ class FreeIndex:
         self.total = int(free.sum())
         self._partial: dict[tuple[int, int], int] | None = None  # GPUs partly shared: built on demand
         self._calls = 0
-        self._heaps: list[list[tuple[int, int]]] | None = None
+        self._heaps: list[list[int]] | None = None  # per free count, (key << _NODE_BITS | node)
+        self._ff: list[list[int]] = []  # per free count, node numbers (stale ones skipped)
         self._free_l: list[int] = []
         self._key_l: list[int] = []
         self._members: list[list[int]] = []
 
     def _build(self) -> None:
+        """The per-free-count heaps: node numbers (for `max_free`) and packed topology keys."""
         free_l = self.free.tolist()
         top = max(free_l, default=0)
-        if top > 1023:  # the key caps a node's free count there; keep the vector path
+        if top > 1023 or len(free_l) > _NODE_MASK:  # outside what the packed keys hold: vector path
             self._calls = -(1 << 62)
             return
-        key_l = self._node_key().tolist()
-        heaps: list[list[tuple[int, int]]] = [[] for _ in range(top + 1)]
+        self._free_l = free_l
+        self._ff = [[] for _ in range(top + 1)]
         for n, f in enumerate(free_l):
             if f > 0:
-                heaps[f].append((key_l[n], n))
+                self._ff[f].append(n)  # ascending: already a valid heap
+        key_l = self._node_key().tolist()
+        heaps: list[list[int]] = [[] for _ in range(top + 1)]
+        for n, f in enumerate(free_l):
+            if f > 0:
+                heaps[f].append(key_l[n] << _NODE_BITS | n)  # (key, node) packed in one int
         for h in heaps:
             heapq.heapify(h)
         members: list[list[int]] = [[] for _ in range(self.n_racks)]
         for n, r in enumerate(self.rack.tolist()):
             members[r].append(n)
-        self._heaps, self._free_l, self._key_l, self._members = heaps, free_l, key_l, members
+        self._heaps, self._key_l, self._members = heaps, key_l, members
 
     @property
     def rack_free(self) -> I64:
@@ -276,43 +286,48 @@ class FreeIndex:
             self.node_key = self.rack_free[self.rack] * 1024 + np.minimum(self.free, 1023)
         return self.node_key
 
-    def _top(self, f: int) -> tuple[int, int] | None:
-        """The valid (key, node) at the top of free count f's heap, dropping stale entries."""
+    def _top(self, f: int) -> int:
+        """The valid packed (key, node) at the top of free count f's heap (-1: none); drops stale ones."""
         assert self._heaps is not None
         h, free_l, key_l = self._heaps[f], self._free_l, self._key_l
         while h:
-            k, n = h[0]
-            if free_l[n] == f and key_l[n] == k:
-                return h[0]
+            e = h[0]
+            n = e & _NODE_MASK
+            if free_l[n] == f and key_l[n] == e >> _NODE_BITS:
+                return e
             heapq.heappop(h)
-        return None
+        return -1
 
     def max_free(self) -> int:
         """The largest whole-GPU free count on one node."""
-        if self._heaps is None:
+        if not self._free_l:
             return int(self.free.max(initial=0))
-        for f in range(len(self._heaps) - 1, 0, -1):
-            if self._top(f) is not None:
+        free_l = self._free_l
+        for f in range(len(self._ff) - 1, 0, -1):
+            h = self._ff[f]
+            while h and free_l[h[0]] != f:
+                heapq.heappop(h)
+            if h:
                 return f
         return 0
 
     def place(self, how: str, gpus: float, max_nodes: int) -> Allocation | None:
         whole, milli = gang_size(gpus)
-        if how != "topology":
+        if how != "topology":  # first-fit's vector scan stops at the first fit: already cheap
             return place(how, self.free, self.share, self.rack, self.n_racks, gpus, max_nodes)
         if whole == 0:
             return Allocation((), ()) if milli == 0 else self._fraction(milli)
         self._calls += 1
-        if self._heaps is None and self._calls > self.BUCKETS_AFTER:
+        if not self._free_l and self._calls > self.BUCKETS_AFTER:
             self._build()
         if self._heaps is not None:
-            best: tuple[int, int] | None = None
+            best = -1
             for f in range(whole, len(self._heaps)):
                 t = self._top(f)
-                if t is not None and (best is None or t < best):
+                if t >= 0 and (best < 0 or t < best):
                     best = t
-            if best is not None:
-                return Allocation((best[1],), (whole,))
+            if best >= 0:
+                return Allocation((best & _NODE_MASK,), (whole,))
         else:
             cand = np.where(self.free >= whole, self._node_key(), _BIG)
             i = int(cand.argmin())
@@ -343,8 +358,8 @@ class FreeIndex:
             n = -1
             for f in range(1, len(self._heaps)):  # fewest whole free GPUs, then tightest rack, then index
                 t = self._top(f)
-                if t is not None:
-                    n = t[1]
+                if t >= 0:
+                    n = t & _NODE_MASK
                     break
             if n < 0:
                 return None
@@ -367,25 +382,27 @@ class FreeIndex:
                 self._partial[(n, gi)] = s
             else:
                 self._partial.pop((n, gi), None)
-        heaps = self._heaps
+        heaps, free_l = self._heaps, self._free_l
         for n, was in zip(alloc.nodes, before, strict=True):
             now = int(free[n])
             if now == was:
                 continue
             self.total -= was - now
+            self.node_key = None
+            if free_l:
+                free_l[n] = now
+                if now > 0:
+                    heapq.heappush(self._ff[now], n)
             if self._rack_free is None:
                 continue
             r = int(rack[n])
             self._rack_free[r] -= was - now
             if heaps is not None:
-                rf = int(self.rack_free[r]) * 1024
-                free_l, key_l = self._free_l, self._key_l
-                free_l[n] = now
+                rf = int(self._rack_free[r]) * 1024
+                key_l = self._key_l
                 for m in self._members[r]:
                     fm = free_l[m]
                     key_l[m] = rf + min(fm, 1023)
                     if fm > 0:
-                        heapq.heappush(heaps[fm], (key_l[m], m))
-                continue
-            self.node_key = None
+                        heapq.heappush(heaps[fm], key_l[m] << _NODE_BITS | m)
         return used

@@ -33,6 +33,11 @@ def _figure(traces: list[dict[str, Any]], title: str, xaxis: dict[str, Any], yax
     fig = go.Figure()
     for tr in traces:
         fig.add_trace(go.Scatter(**tr))
+    if xaxis.get("type") == "log":  # plotly's log autorange can stop short of the data; set it from the data
+        xs = np.concatenate([np.asarray(tr["x"], dtype=np.float64) for tr in traces] or [np.zeros(0)])
+        xs = xs[np.isfinite(xs) & (xs > 0)]
+        if len(xs):
+            xaxis = {**xaxis, "range": [float(np.log10(xs.min())), float(np.log10(xs.max()))]}
     fig.update_layout(
         title=title,
         xaxis=xaxis,
@@ -106,7 +111,12 @@ def render(
             {"title": "GPU-hours of successful jobs"},
         ),
     ]
-    divs = [pio.to_html(f, full_html=False, include_plotlyjs=False) for f in figs]
+    divs = [
+        pio.to_html(
+            f, full_html=False, include_plotlyjs=False, default_width="100%", config={"responsive": True}
+        )
+        for f in figs
+    ]
     head = "".join(f"<th>{html.escape(k.replace('_', ' '))}</th>" for k in ("policy", *HEADLINE))
     rows = "".join(
         "<tr><td>"
@@ -128,6 +138,7 @@ th {{ max-width: 110px; font-weight: 600; vertical-align: bottom; }}
 .wide {{ overflow-x: auto; }}
 th:first-child, td:first-child {{ text-align: left; }}
 .grid {{ display: grid; grid-template-columns: repeat(auto-fit, minmax(560px, 1fr)); gap: 12px; }}
+.grid > div {{ min-width: 0; overflow: hidden; }}
 </style>
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body>
