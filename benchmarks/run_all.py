@@ -5,6 +5,7 @@ Usage: .venv/bin/python benchmarks/run_all.py [NAME ...]   (names like `ingest`,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -30,10 +31,8 @@ def main(argv: list[str]) -> int:
             print(f"!! {script.name} exited {proc.returncode}")
         for line in proc.stdout.splitlines():
             if line.startswith("{"):
-                try:
+                with contextlib.suppress(json.JSONDecodeError):
                     results.append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass
     print(json.dumps({"benchmarks": results}))
     return 1 if failed else 0
 

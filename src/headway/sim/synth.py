@@ -1,4 +1,4 @@
-"""Synthetic GPU-cluster job logs for scale tests, calibrated to the public traces in ../shared/traces.
+"""Synthetic GPU-cluster job logs for scale tests, calibrated to public GPU-cluster traces (Philly, Alibaba).
 
 Everything is vectorised numpy so a million jobs take a few seconds. The shape of a trace:
 
@@ -12,7 +12,7 @@ Everything is vectorised numpy so a million jobs take a few seconds. The shape o
   values, and a share of late failures are timeouts that hit their limit.
 
 Calibration targets (the numbers the generated statistics must land near, checked by tests/test_synth.py)
-come from the traces' README (../shared/traces/README.md) and from measurements on those files:
+come from the traces' published statistics and from measurements on those files:
 Philly (Jeon et al., ATC '19; DRE re-published sample): failed = 46.3% of jobs, median runtime 179 min for
 failed vs 558 min for passed jobs, 11.5% of failures within 10 min, mean inter-arrival 1,257 s,
 per-user failure rate mean 0.49 with standard deviation 0.35, GPU counts as in that sample.
@@ -82,7 +82,7 @@ class Profile:
 
 
 PHILLY_CALIBRATION = Calibration(
-    source="Philly DRE sample (../shared/traces/philly-dre, Jeon et al. ATC '19)",
+    source="Philly DRE sample (Jeon et al. ATC '19)",
     failed_share=0.463,
     median_runtime_failed_min=179.0,
     median_runtime_passed_min=558.0,
@@ -90,7 +90,7 @@ PHILLY_CALIBRATION = Calibration(
     mean_interarrival_s=1257.0,
 )
 ALIBABA_CALIBRATION = Calibration(
-    source="Alibaba cluster-trace-gpu-v2023 (../shared/traces/alibaba-fgd-2023, Weng et al. ATC '23)",
+    source="Alibaba cluster-trace-gpu-v2023 (Weng et al. ATC '23)",
     failed_share=0.463,  # Alibaba's pod phases do not give a usable failure share; keep Philly's
     median_runtime_failed_min=3.6,
     median_runtime_passed_min=65.7,
