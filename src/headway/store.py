@@ -129,7 +129,7 @@ class JobStore:
         """Stored jobs as an Arrow table in JOB_SCHEMA, optionally filtered by a SQL condition."""
         cols = ", ".join(_q(c) for c in FIELD_NAMES)
         sql = f"SELECT {cols} FROM jobs" + (f" WHERE {where}" if where else "")
-        return conform(self.con.execute(sql, params or []).to_arrow_table())
+        return conform(self.con.sql(sql, params=params or None).to_arrow_table())
 
     def export_parquet(self, out: str | Path) -> int:
         out = Path(out)
