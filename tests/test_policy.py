@@ -266,6 +266,25 @@ def test_impact_replans_the_reservation_when_a_running_job_slips() -> None:
     assert d3.reservation and d3.reservation.start > 5 * HOUR
 
 
+def test_a_starved_head_lets_only_jobs_whose_time_limit_ends_before_its_start_backfill() -> None:
+    # One node, busy for 2 more hours (predicted); a starved 8-GPU head reserves it. Another node is
+    # not there: every free GPU is one the head could use, so only hard-bounded short jobs may pass.
+    r = running([{"gpus": 4, "start": 9 * HOUR, "R": 3 * HOUR}])
+    view = cluster([4], owners={(0, g): 0 for g in range(4, 8)})
+    rows = [
+        {"id": "starved", "gpus": 8, "submit": 0},
+        {"id": "short-limit", "gpus": 2, "submit": 9 * HOUR, "p": 0.99, "R": 60, "time_limit": 0.5 * HOUR},
+        {"id": "no-limit", "gpus": 2, "submit": 9 * HOUR, "p": 0.99, "R": 60},
+        {"id": "long-limit", "gpus": 2, "submit": 9 * HOUR, "p": 0.99, "R": 60, "time_limit": 9 * HOUR},
+    ]
+    day = {"max_wait_s": {"normal": 5 * HOUR}}
+    d = get_policy("impact", **day).decide(snapshot(pending(rows), view=view, r=r))
+    assert d.reservation is not None and d.reservation.job_id == "starved"
+    assert d.reservation.start == pytest.approx(12 * HOUR)
+    # A short predicted runtime is not enough: only the job bounded by its limit starts.
+    assert [s.job_id for s in d.start] == ["short-limit"] and d.start[0].backfill
+
+
 def test_las_preempts_a_lower_queue_job_for_a_new_one() -> None:
     r = running([{"gpus": 8, "start": 0.0, "attained": 20 * HOUR}])
     view = cluster([0], owners={(0, g): 0 for g in range(8)})

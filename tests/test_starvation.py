@@ -3,10 +3,12 @@
 The invariant, precisely. Let W be the class's max_wait and d_j = submit_j + W the job's deadline.
 Starved jobs are served in deadline order (ties: submit order). Let A_j be the jobs ahead of j in that
 order and t_j = max(d_j, the latest start among A_j). From t_j on, j is the head of the starved queue;
-then (1) no job outside A_j and j itself starts in [t_j, start_j), and (2) j starts at the first instant
->= t_j at which the running jobs leave enough GPUs for it. So a job that fits the cluster waits at most
-W + the time until the jobs running at t_j free enough GPUs: no prediction (however wrong, however
-adversarial), no repeat-failure hold and no backfill can push it further. Checked on clusters of
+then (1) no job outside A_j and j itself starts in [t_j, start_j), except a backfill whose *time limit*
+ends before j's planned start (the traces here carry no limits, so none may), and (2) j starts at the
+first instant >= t_j at which the running jobs leave enough GPUs for it. So a job that fits the cluster
+waits at most W + the time until the jobs running at t_j free enough GPUs (+ the longest such time
+limit): no prediction (however wrong, however adversarial), no repeat-failure hold and no backfill on a
+prediction can push it further. Checked on clusters of
 1-GPU nodes, where "enough GPUs" is a count, so the check needs no knowledge of placements.
 """
 

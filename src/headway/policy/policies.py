@@ -141,6 +141,7 @@ class Policy:
             fits = np.where(whole > 0, whole <= np.where(max_nodes > 1, ftot, fmax), milli <= smax)
             order = order[fits[order]]
         i, n = 0, len(order)
+        strict = False
         # Plain lists: per-job numpy scalar reads dominate a pass that starts thousands of jobs.
         whole_l, milli_l, mn_l, gpus_l = whole.tolist(), milli.tolist(), max_nodes.tolist(), gpus.tolist()
         order_l = order.tolist()
@@ -163,11 +164,14 @@ class Policy:
             strict = self.strict_head(ranking, pos)
             reservation, shadow, spare = self._reserve(snap, pos, whole[pos], free, share, taken)
             if strict:
-                # Only GPUs this job can never use may go to others while it waits.
+                # A starved head: beyond GPUs it can never use, only a job whose *time limit* (a hard
+                # bound, never a prediction) ends before its planned start may backfill, so its wait
+                # stays bounded by max_wait + the time for GPUs to free + the longest such limit.
                 spare = np.where(view.node_gpus >= max(int(whole[pos]), 1), 0, free)
                 if int(max_nodes[pos]) > 1:
                     spare = np.zeros_like(free)
-                shadow = -math.inf
+                if not math.isfinite(reservation.start):
+                    shadow = -math.inf
             elif not math.isfinite(reservation.start):
                 spare = np.zeros_like(free)
             break
@@ -175,6 +179,8 @@ class Policy:
         # may use any free GPU; one that would run past it only the GPUs the reservation will not need.
         if reservation is not None and self.mode == "easy":
             est = self.pending_estimate(snap)
+            if strict:
+                est = np.where(np.isfinite(p.time_limit), p.time_limit, math.inf)
             tested = 0
             cand = order[i:]
             # Necessary condition (free only shrinks in a pass): filter in one vectorised step.
@@ -502,7 +508,8 @@ class Impact(Policy):
     """DESIGN.md's impact ordering: w * p / c x fair share, with a starvation bound and a failure hold.
 
     c = gpus * (p * R + (1 - p) * F) in GPU-hours. Tiers: 0 starved (waited past the class max_wait:
-    earliest deadline first, and nothing may take GPUs it could use), 1 normal, 2 held (its user+name
+    earliest deadline first; GPUs it could use go only to jobs whose time limit ends before its planned
+    start), 1 normal, 2 held (its user+name
     failed `hold_after` times in a row with no success since). Backfill is EASY on predicted runtimes;
     running jobs past their predicted end re-plan the reservation (see `slip_end`).
     """
