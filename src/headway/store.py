@@ -129,7 +129,12 @@ class JobStore:
         """Stored jobs as an Arrow table in JOB_SCHEMA, optionally filtered by a SQL condition."""
         cols = ", ".join(_q(c) for c in FIELD_NAMES)
         sql = f"SELECT {cols} FROM jobs" + (f" WHERE {where}" if where else "")
-        return conform(self.con.sql(sql, params=params or None).to_arrow_table())
+        # A cursor of its own: a caller's unfinished execute() result on `con` must not block this read.
+        cur = self.con.cursor()
+        try:
+            return conform(cur.sql(sql, params=params or None).to_arrow_table())
+        finally:
+            cur.close()
 
     def export_parquet(self, out: str | Path) -> int:
         out = Path(out)
