@@ -205,14 +205,7 @@ class SlurmdbReader:
             ok = (v > 0) & (v < NO_VAL32)
             out[ok] = v[ok]
             found |= ok
-        for kv in tres:
-            if kv is None:
-                continue
-            any_source = True
-            vals, hit = tb.sum_where(kv, pc.equal(kv.key, str(tres_id)))
-            take = hit & (vals > 0) & ~found
-            out[take] = vals[take]
-            found |= take
+        any_source |= _fill_from_tres(out, found, tres, tres_id)
         return tb.masked(out, found, pa.int64()) if any_source else None
 
     @staticmethod
@@ -239,14 +232,7 @@ class SlurmdbReader:
             ok = (mb > 0) & (mb < 2.0**62)
             out[ok] = mb[ok]
             found |= ok
-        for kv in tres:
-            if kv is None:
-                continue
-            any_source = True
-            vals, hit = tb.sum_where(kv, pc.equal(kv.key, str(TRES_MEM)))
-            take = hit & (vals > 0) & ~found
-            out[take] = vals[take]
-            found |= take
+        any_source |= _fill_from_tres(out, found, tres, TRES_MEM)
         return tb.masked(np.round(out), found, pa.int64()) if any_source else None
 
 
@@ -260,3 +246,19 @@ def _max_where(kv: tb.KeyValues, mask: pa.Array) -> tuple[np.ndarray, np.ndarray
 
 
 READER = SlurmdbReader()
+
+
+def _fill_from_tres(
+    out: np.ndarray, found: np.ndarray, tres: tuple[tb.KeyValues | None, ...], tres_id: int
+) -> bool:
+    """Fill rows not yet found from the first TRES column with `tres_id`; True if any TRES column exists."""
+    seen = False
+    for kv in tres:
+        if kv is None:
+            continue
+        seen = True
+        vals, hit = tb.sum_where(kv, pc.equal(kv.key, str(tres_id)))
+        take = hit & (vals > 0) & ~found
+        out[take] = vals[take]
+        found |= take
+    return seen
