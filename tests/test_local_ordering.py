@@ -28,7 +28,7 @@ def _seed_history(store: Path, user: str, rename: dict[str, str] | None = None, 
     recs = []
     for i in range(300):
         name = GOOD if i % 2 == 0 else BAD
-        ok = (i % 20 != 0) if name == GOOD else (i % 20 == 1)
+        ok = (i % 19 != 0) if name == GOOD else (i % 23 == 1)  # no fixed streak announces the next outcome
         submit = t0 + dt.timedelta(minutes=10 * i)
         start = submit + dt.timedelta(minutes=1)
         runtime = dt.timedelta(minutes=10) if ok else dt.timedelta(minutes=6)

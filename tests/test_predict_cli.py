@@ -31,6 +31,17 @@ def _json(args: list[str]) -> dict[str, object]:
     return out
 
 
+def test_validate_json_reports_folds_of_the_training_period(db: Path) -> None:
+    r = _json(["predict", "validate", "--db", str(db), "--json"])
+    folds = r["folds"]
+    assert isinstance(folds, list) and [f["fold"] for f in folds] == ["55%-70%", "70%-85%", "85%-100%"]
+    mean = r["mean"]
+    assert (
+        isinstance(mean, dict)
+        and {"auc_gain", "brier_gain", "ece", "ece_floor", "runtime_gain"} <= mean.keys()
+    )
+
+
 def test_evaluate_json_has_the_agreed_keys(db: Path) -> None:
     r = _json(["predict", "evaluate", "--db", str(db), "--json"])
     for key in ("auc", "brier", "ece", "log_loss", "reliability"):
@@ -89,6 +100,7 @@ def test_show_without_a_model_file_uses_cold_start_estimates(
     [
         (["predict", "evaluate", "--db", "nope.duckdb"], "no job store"),
         (["predict", "evaluate", "--test-fraction", "1.5"], "between 0 and 1"),
+        (["predict", "validate", "--test-fraction", "0"], "between 0 and 1"),
         (["predict", "show"], "give a JOBID"),
         (["predict", "show", "no-such-job"], "not in the store"),
         (["predict", "show", "--user", "a", "--time-limit", "soon"], "cannot read"),

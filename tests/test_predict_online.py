@@ -9,7 +9,7 @@ from headway.predict.api import EndedJob, SubmittedJob
 from headway.predict.api import OnlinePredictor as OnlineProtocol
 from headway.predict.features import build_features
 from headway.predict.model import TrainConfig
-from headway.predict.online import OnlinePredictor
+from headway.predict.online import OnlinePredictor, _hist
 from headway.predict.synthetic import make_history
 from headway.schema import table_to_records
 
@@ -70,9 +70,9 @@ def test_replaying_a_history_matches_batch_features_and_retrains_every_k_jobs() 
             r.name,
             r.partition,
             r.priority_class,
-            r.submit_time.timestamp(),
+            r.submit_time.timestamp(),  # type: ignore[union-attr]
             r.gpus,
-            r.nodes,  # type: ignore[union-attr]
+            r.nodes,
             None if r.time_limit is None else float(r.time_limit),
         )
         events.append((sj.submit_time, 0, sj, r))
@@ -83,7 +83,7 @@ def test_replaying_a_history_matches_batch_features_and_retrains_every_k_jobs() 
     for time_, kind, sj, r in events:
         if kind == 0:
             p.predict([sj], now=time_)
-            served[sj.job_id] = np.array(p._rows[sj.job_id].hist)
+            served[sj.job_id] = np.array(_hist(p._rows[sj.job_id], sj.job_id))
             retrains += p.maybe_retrain(time_)
         else:
             p.observe_end(EndedJob(sj, r.start_time.timestamp(), time_, r.state.value))  # type: ignore[union-attr]

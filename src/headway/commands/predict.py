@@ -236,9 +236,74 @@ def evaluate(
         f"ece {o['ece']:.3f}, runtime within 50% {o['runtime_within_50pct']:.3f}"
     )
     out.print(f"p90 runtime covers {report['runtime']['p90_coverage']:.1%} of completed test jobs")
+    nz = report.get("noise")
+    if nz:
+        out.print(
+            f"chance on {sp['test_jobs']:,} test jobs (bootstrap, 90%): auc gain "
+            f"{_interval(nz['auc_gain'])}, brier gain {_interval(nz['brier_gain'])}, ece "
+            f"{_interval(nz['ece'])}, runtime within 50% gain {_interval(nz['runtime_gain'])}; "
+            f"a perfectly calibrated model would show ece {nz['ece_floor']['mean']:.3f} here"
+        )
     for claim, ok in report["claims"].items():
         if isinstance(ok, bool):
             out.print(f"{'[green]yes[/]' if ok else '[red]no[/]'}  {claim}", markup=True)
+
+
+def _interval(iv: dict[str, float] | None) -> str:
+    return "-" if iv is None else f"{iv['p05']:+.3f}..{iv['p95']:+.3f}"
+
+
+@app.command("validate")
+def validate(
+    db: DbOpt = None,
+    test_fraction: Annotated[
+        float, typer.Option(help="The test share `evaluate` holds out; validation never reads those jobs.")
+    ] = 0.3,
+    source: SourceOpt = None,
+    include_cpu: CpuOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rolling-origin validation inside the training period: the numbers settings are chosen on.
+
+    The jobs that ended before the test split are cut into three blocks (55-70%, 70-85%, 85-100% by
+    submit time); each is predicted as `evaluate` predicts the test (retrained daily on what had ended)
+    and compared with the same baselines. The test jobs' outcomes are never read.
+    """
+    from headway.predict.evaluate import validation_folds
+
+    if not 0.0 < test_fraction < 1.0:
+        fail(f"--test-fraction must be between 0 and 1, got {test_fraction}")
+    frame = _load(db, source, include_cpu, as_json)
+    try:
+        with _step("validating on blocks of the training period", as_json):
+            report = validation_folds(frame, test_fraction)
+    except ValueError as e:
+        fail(str(e))
+    if as_json:
+        print_json(report)
+        return
+    t = Table(
+        title=f"validation folds ({report['training_jobs']:,} training-period jobs; "
+        "gain: how far the model beats the baseline)"
+    )
+    cols = (
+        "fold",
+        "jobs",
+        "success rate",
+        "auc gain",
+        "brier gain",
+        "ece",
+        "baseline ece",
+        "runtime ±50% gain",
+    )
+    for col in cols:
+        t.add_column(col, justify="right")
+    keys = ("auc_gain", "brier_gain", "ece", "baseline_ece", "runtime_gain")
+    for r in report["folds"]:
+        t.add_row(r["fold"], str(r["jobs"]), _fmt(r["success_rate"]), *(_fmt(r[k]) for k in keys))
+    m = report["mean"]
+    t.add_row("mean", "", "", *(_fmt(m[k]) for k in keys))
+    out.print(t)
 
 
 _TL_RE = re.compile(r"^(?:(\d+)-)?(\d+):(\d\d)(?::(\d\d))?$")

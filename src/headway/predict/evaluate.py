@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from headway.predict.api import Predictions
 from headway.predict.features import FeatureFrame
-from headway.predict.model import P_CLIP, Predictor, TrainConfig
+from headway.predict.model import P_CLIP, Calibration, Predictor, TrainConfig
 
 ECE_BINS = 10
 
@@ -135,28 +135,133 @@ def daily_predictions(
     A test period longer than MAX_RETRAINS days retrains every few days (still only on past outcomes).
 
     Only outcomes known before the day began are used, so it stays causal; it is what `OnlinePredictor`
-    does when it retrains after a day of new ends.
+    does when it retrains after a day of new ends. With `config.recalibrate` = N, each day's
+    probabilities are then recalibrated (Platt) on the last N jobs that ended before the day began,
+    using the probabilities they were served (so jobs of the RECAL_WARMUP_DAYS before the test are
+    served too, only for that).
     """
     lab = np.flatnonzero(frame.ended)
-    day = np.floor(frame.submit[test] / 86400.0)
+    first = frame.submit[test[0]] if len(test) else 0.0
+    warm = np.zeros(0, dtype=np.intp)
+    if config.recalibrate and len(test):
+        w = lab[(frame.submit[lab] >= first - RECAL_WARMUP_DAYS * 86400.0) & (frame.submit[lab] < first)]
+        warm = w[~np.isin(w, test)]
+    served = np.concatenate([warm, test])
+    day = np.floor(frame.submit[served] / 86400.0)
     # A long test period retrains every few days instead, so evaluation stays at most MAX_RETRAINS fits.
     step = max(1.0, math.ceil((day.max() - day.min() + 1) / MAX_RETRAINS)) if len(day) else 1.0
     day = day.min(initial=0.0) + np.floor((day - day.min(initial=0.0)) / step) * step
-    parts = [np.zeros(len(test)) for _ in range(4)]
+    parts = [np.zeros(len(served)) for _ in range(4)]
+    raw = np.full(len(served), np.nan)  # what each job was served, before the online recalibration
     metas = []
     for d in np.unique(day):
         rows = lab[frame.end[lab] < d * 86400.0]
         model = Predictor.fit(frame, rows, config)
         sel = np.flatnonzero(day == d)
-        p = model.predict_frame(frame.take(test[sel]))
-        for arr, v in zip(parts, (p.p_success, p.runtime, p.runtime_p90, p.time_to_failure), strict=True):
+        p = model.predict_frame(frame.take(served[sel]))
+        p_s = p.p_success
+        if config.recalibrate:
+            raw[sel] = p_s
+            known = np.flatnonzero(~np.isnan(raw) & (frame.end[served] < d * 86400.0))
+            known = known[np.argsort(frame.end[served[known]], kind="stable")][-config.recalibrate :]
+            if len(known) >= RECAL_MIN:
+                cal = Calibration.fit("platt", raw[known], frame.success[served[known]])
+                p_s = cal.apply(p_s)
+        for arr, v in zip(parts, (p_s, p.runtime, p.runtime_p90, p.time_to_failure), strict=True):
             arr[sel] = v
-        metas.append(model.meta)
-    return Predictions(*parts), metas
+        if sel[-1] >= len(warm):  # a day with test jobs (the warm-up days only feed the recalibration)
+            metas.append(model.meta)
+    k = len(warm)
+    return Predictions(*(a[k:] for a in parts)), metas
+
+
+RECAL_WARMUP_DAYS = 7
+RECAL_MIN = 100
 
 
 RETRAIN_MODES = ("daily", "none")
 MAX_RETRAINS = 60
+# Validation folds: blocks of the training period's ended jobs (by submit time), each scored like the test.
+FOLDS: tuple[tuple[float, float], ...] = ((0.55, 0.70), (0.70, 0.85), (0.85, 1.0))
+BOOTSTRAP = 300
+
+
+def compare(tf: FeatureFrame, pred: Predictions) -> dict[str, Any]:
+    """Model against the baselines on exactly the same rows: every test job for completion, completed
+    (started) ones for runtime, not-completed started ones for time to failure."""
+    y = tf.success
+    base_p = np.clip(tf.col("user_success_rate"), *P_CLIP)
+    ok = y & ~np.isnan(tf.start)
+    failed = ~y & ~np.isnan(tf.start)
+    rt = tf.runtime
+    base_rt = _baseline_seconds(tf, "user_log_runtime_median", "global_log_runtime_median", tf.time_limit)
+    base_ttf = _baseline_seconds(tf, "user_log_ttf_median", "global_log_ttf_median", tf.time_limit)
+    p90_cover = float(np.mean(rt[ok] <= pred.runtime_p90[ok])) if ok.any() else math.nan
+    return {
+        **classification(y, pred.p_success),
+        "runtime": runtime_profile(pred.runtime[ok], rt[ok]) | {"p90_coverage": p90_cover},
+        "time_to_failure": runtime_profile(pred.time_to_failure[failed], rt[failed]),
+        "baseline": {
+            "name": "smoothed per-user success rate; user's median runtime",
+            **classification(y, base_p),
+            "runtime": runtime_profile(base_rt[ok], rt[ok]),
+            "time_to_failure": runtime_profile(base_ttf[failed], rt[failed]),
+        },
+    }
+
+
+def noise(tf: FeatureFrame, pred: Predictions, rounds: int = BOOTSTRAP, seed: int = 0) -> dict[str, Any]:
+    """How much the headline figures move by chance on a test set of this size.
+
+    A bootstrap of the test jobs gives 90% intervals of each claim's margin; `ece_floor` is the ECE a
+    perfectly calibrated model would still show here (labels drawn from its own probabilities), the
+    sampling floor under which ECE cannot be read."""
+    rng = np.random.default_rng(seed)
+    y = tf.success
+    p = pred.p_success
+    bp = np.clip(tf.col("user_success_rate"), *P_CLIP)
+    ok = np.flatnonzero(y & ~np.isnan(tf.start))
+    rt = np.maximum(tf.runtime, 1.0)
+    base_rt = _baseline_seconds(tf, "user_log_runtime_median", "global_log_runtime_median", tf.time_limit)
+    hit_m = np.abs(np.maximum(pred.runtime, 1.0) - rt) / rt <= 0.5
+    hit_b = np.abs(np.maximum(base_rt, 1.0) - rt) / rt <= 0.5
+    n = len(y)
+    acc: dict[str, list[float]] = {k: [] for k in ("auc_gain", "brier_gain", "ece", "runtime_gain")}
+    floor = []
+    for _ in range(rounds):
+        i = rng.integers(0, n, n)
+        acc["auc_gain"].append(auc(y[i], p[i]) - auc(y[i], bp[i]))
+        acc["brier_gain"].append(brier(y[i], bp[i]) - brier(y[i], p[i]))
+        acc["ece"].append(ece(y[i], p[i]))
+        if len(ok):
+            j = ok[rng.integers(0, len(ok), len(ok))]
+            acc["runtime_gain"].append(float(hit_m[j].mean() - hit_b[j].mean()))
+        floor.append(ece(rng.random(n) < p, p))
+    out: dict[str, Any] = {"rounds": rounds}
+    for k, v in acc.items():
+        a = np.asarray([x for x in v if not math.isnan(x)])
+        out[k] = {"p05": float(np.quantile(a, 0.05)), "p95": float(np.quantile(a, 0.95))} if len(a) else None
+    out["ece_floor"] = {"mean": float(np.mean(floor)), "p95": float(np.quantile(floor, 0.95))}
+    return out
+
+
+def ece_floor(p: npt.NDArray[np.float64], rounds: int = 100, seed: int = 0) -> float:
+    """Mean ECE of a perfectly calibrated model with these probabilities (labels drawn from them)."""
+    rng = np.random.default_rng(seed)
+    return float(np.mean([ece(rng.random(len(p)) < p, p) for _ in range(rounds)])) if len(p) else math.nan
+
+
+def claims(report: dict[str, Any]) -> dict[str, Any]:
+    b = report["baseline"]
+    return {
+        "auc_gain": report["auc"] - b["auc"],
+        "auc_gain_at_least_0.03": bool(report["auc"] - b["auc"] >= 0.03),
+        "brier_below_baseline": bool(report["brier"] < b["brier"]),
+        "ece_at_most_0.03": bool(report["ece"] <= 0.03),
+        "runtime_within_50pct_above_baseline": bool(
+            report["runtime"]["within_50pct"] > b["runtime"]["within_50pct"]
+        ),
+    }
 
 
 def evaluate(
@@ -164,6 +269,7 @@ def evaluate(
     test_fraction: float = 0.3,
     config: TrainConfig | None = None,
     retrain: str = "daily",
+    bootstrap: int = BOOTSTRAP,
 ) -> dict[str, Any]:
     """Train on the past, score the future; the report the CLI prints (JSON-ready).
 
@@ -181,8 +287,6 @@ def evaluate(
     daily, daily_meta = daily_predictions(frame, test, cfg)
     pred = daily if retrain == "daily" else frozen
     y = tf.success
-    base_p = np.clip(tf.col("user_success_rate"), *P_CLIP)
-    m = classification(y, pred.p_success)
     other_name = "none" if retrain == "daily" else "daily"
     other_pred = frozen if retrain == "daily" else daily
     other = classification(y, other_pred.p_success)
@@ -190,23 +294,8 @@ def evaluate(
     ok0 = y & ~np.isnan(tf.start)
     other["runtime_within_50pct"] = runtime_profile(other_pred.runtime[ok0], tf.runtime[ok0])["within_50pct"]
     other["retrain"] = other_name
-    b = classification(y, base_p)
-    ok = y & ~np.isnan(tf.start)
-    failed = ~y & ~np.isnan(tf.start)
-    rt = tf.runtime
-    base_rt = _baseline_seconds(tf, "user_log_runtime_median", "global_log_runtime_median", tf.time_limit)
-    base_ttf = _baseline_seconds(tf, "user_log_ttf_median", "global_log_ttf_median", tf.time_limit)
-    p90_cover = float(np.mean(rt[ok] <= pred.runtime_p90[ok])) if ok.any() else math.nan
     report: dict[str, Any] = {
-        **m,
-        "runtime": runtime_profile(pred.runtime[ok], rt[ok]) | {"p90_coverage": p90_cover},
-        "time_to_failure": runtime_profile(pred.time_to_failure[failed], rt[failed]),
-        "baseline": {
-            "name": "smoothed per-user success rate; user's median runtime",
-            **b,
-            "runtime": runtime_profile(base_rt[ok], rt[ok]),
-            "time_to_failure": runtime_profile(base_ttf[failed], rt[failed]),
-        },
+        **compare(tf, pred),
         "split": {
             "test_fraction": test_fraction,
             "jobs": len(frame),
@@ -223,16 +312,63 @@ def evaluate(
         "retrain": retrain,
         "other_mode": other,
     }
-    report["claims"] = {
-        "auc_gain": report["auc"] - b["auc"],
-        "auc_gain_at_least_0.03": bool(report["auc"] - b["auc"] >= 0.03),
-        "brier_below_baseline": bool(report["brier"] < b["brier"]),
-        "ece_at_most_0.03": bool(report["ece"] <= 0.03),
-        "runtime_within_50pct_above_baseline": bool(
-            report["runtime"]["within_50pct"] > report["baseline"]["runtime"]["within_50pct"]
-        ),
-    }
+    if bootstrap:
+        report["noise"] = noise(tf, pred, bootstrap)
+    report["claims"] = claims(report)
     return report
+
+
+def training_period(frame: FeatureFrame, test_fraction: float) -> tuple[FeatureFrame, npt.NDArray[np.intp]]:
+    """The history as it stood at the test split: jobs submitted before it, with the outcome of those
+    that ended after it hidden (unlabelled), and the rows of its labelled jobs (in submit order)."""
+    _, test = split(frame, test_fraction)
+    t_split = frame.submit[test[0]]
+    sub = frame.take(np.flatnonzero(frame.submit < t_split))
+    late = ~(sub.end < t_split)
+    sub.end = np.where(late, np.nan, sub.end)
+    sub.state = np.where(late, "RUNNING", sub.state).astype(object)
+    return sub, np.flatnonzero(sub.ended)
+
+
+def validation_folds(
+    frame: FeatureFrame,
+    test_fraction: float = 0.3,
+    config: TrainConfig | None = None,
+    folds: tuple[tuple[float, float], ...] = FOLDS,
+) -> dict[str, Any]:
+    """Rolling-origin validation inside the training period only (the test jobs are never read).
+
+    Each fold is a block of the training period's labelled jobs (by submit time), predicted exactly as the
+    test is (retrained daily on what had ended before each day) and compared with the same baselines.
+    Settings are chosen on the mean over folds."""
+    cfg = config or TrainConfig()
+    sub, lab = training_period(frame, test_fraction)
+    rows = []
+    for a, b in folds:
+        test = lab[round(a * len(lab)) : round(b * len(lab))]
+        if len(test) == 0:
+            continue
+        pred, _ = daily_predictions(sub, test, cfg)
+        r = compare(sub.take(test), pred)
+        rows.append(
+            {
+                "fold": f"{a:.0%}-{b:.0%}",
+                "jobs": len(test),
+                "success_rate": float(sub.success[test].mean()),
+                "auc_gain": r["auc"] - r["baseline"]["auc"],
+                "brier_gain": r["baseline"]["brier"] - r["brier"],
+                "ece": r["ece"],
+                "baseline_ece": r["baseline"]["ece"],
+                "runtime_within_50pct": r["runtime"]["within_50pct"],
+                "runtime_gain": r["runtime"]["within_50pct"] - r["baseline"]["runtime"]["within_50pct"],
+                "auc": r["auc"],
+                "brier": r["brier"],
+                "ece_floor": ece_floor(pred.p_success),
+            }
+        )
+    keys = ("auc_gain", "brier_gain", "ece", "baseline_ece", "runtime_gain", "auc", "brier", "ece_floor")
+    mean = {k: float(np.nanmean([r[k] for r in rows])) if rows else math.nan for k in keys}
+    return {"folds": rows, "mean": mean, "training_jobs": len(lab)}
 
 
 def _iso(t: float) -> str:

@@ -48,6 +48,7 @@ WORDS: dict[str, tuple[str, str]] = {
     "shape_log_ttf_median": ("median time to failure of this user's jobs with this GPU count", _LOGS),
     "global_success_rate": ("the cluster's success rate so far", _RATE),
     "global_last100": ("completions among the cluster's last 100 jobs", _RATE),
+    "global_last500": ("completions among the cluster's last 500 jobs", _RATE),
     "global_log_runtime_median": ("the cluster's recent median runtime", _LOGS),
     "global_log_ttf_median": ("the cluster's recent median time to failure", _LOGS),
     "gpus": ("GPUs requested", _RAW),

@@ -11,7 +11,10 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +31,7 @@ NAME_WINDOW = 15  # per user+name
 GROUP_WINDOW = 25
 GLOBAL_WINDOW = 51
 SUBMIT_WINDOW_S = 3600.0
+GLOBAL_RECENT = 500  # the cluster's success rate over its last 500 ended jobs: about a week on Philly
 ENDED = frozenset(s.value for s in ENDED_STATES)
 SUCCESS = State.COMPLETED.value
 
@@ -65,6 +69,7 @@ HISTORY_FEATURES: tuple[str, ...] = (
     "global_last100",
     "global_log_runtime_median",
     "global_log_ttf_median",
+    "global_last500",
 )
 # Request features, computed straight from the job (vectorised in the batch path).
 REQUEST_FEATURES: tuple[str, ...] = ("gpus", "nodes", "log_time_limit", "hour", "weekday")
@@ -120,19 +125,21 @@ class KeyStats:
         "memo_at",
         "n",
         "recent",
+        "recent_sum",
         "runtime",
         "submits",
         "succ",
         "ttf",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, keep: int = 100) -> None:
         self.n = 0
         self.succ = 0
         self.fail_streak = 0
         self.last_fail = NAN
         self.last_success = NAN
-        self.recent: deque[int] = deque(maxlen=100)
+        self.recent: deque[int] = deque(maxlen=keep)
+        self.recent_sum = 0  # sum of `recent`, kept as it slides (the cluster's last 500 in O(1))
         self.runtime = Window()
         self.ttf = Window()
         self.submits: deque[float] = deque()
@@ -152,7 +159,11 @@ class KeyStats:
 
     def end(self, success: bool, end_time: float, log_rt: float, started: bool, k: int) -> None:
         self.n += 1
-        self.recent.append(1 if success else 0)
+        rec = self.recent
+        if len(rec) == rec.maxlen:
+            self.recent_sum -= rec[0]
+        rec.append(1 if success else 0)
+        self.recent_sum += 1 if success else 0
         if success:
             self.succ += 1
             self.fail_streak = 0
@@ -181,7 +192,7 @@ class RollingState:
         self.names: dict[tuple[str | None, str], KeyStats] = {}
         self.groups: dict[str, KeyStats] = {}
         self.shapes: dict[tuple[str | None, float], KeyStats] = {}  # user + GPU count: repeats without names
-        self.glob = KeyStats()
+        self.glob = KeyStats(keep=GLOBAL_RECENT)
         self.ended = 0
 
     # -- updates -------------------------------------------------------------------------------------
@@ -229,10 +240,75 @@ class RollingState:
         g = self.glob
         if g.memo_at != self.ended:
             prior = (g.succ + 1.0) / (g.n + 2.0)
-            g.memo = (prior, _last(g.recent, 100), g.runtime.quantile(0.5), g.ttf.quantile(0.5))
+            g.memo = (
+                prior,
+                _last(g.recent, 100),
+                g.runtime.quantile(0.5),
+                g.ttf.quantile(0.5),
+                g.recent_sum / len(g.recent) if g.recent else NAN,  # all of it: GLOBAL_RECENT
+            )
             g.memo_at = self.ended
         prior = g.memo[0]
         return prior, PRIOR_STRENGTH * prior, g.memo
+
+    def _user_part(self, us: KeyStats, a_prior: float) -> tuple[float, ...]:
+        """A user's part of a row that only changes at job ends (memoised until the next end)."""
+        if us.memo_at != self.ended:
+            rec = us.recent
+            us.memo = (
+                float(us.n),
+                (us.succ + a_prior) / (us.n + PRIOR_STRENGTH),
+                _last(rec, 1),
+                _last(rec, 3),
+                _last(rec, 10),
+                float(us.fail_streak),
+                *us.runtime_part(),
+            )
+            us.memo_at = self.ended
+        return us.memo
+
+    def _name_part(
+        self, user: str | None, name: str | None, prior: float, a_prior: float
+    ) -> tuple[float, ...]:
+        """The user + name part of a row (memoised per key until the next end)."""
+        ns = self.names.get((user, name)) if name is not None else None
+        if ns is None:
+            return (0.0, prior, 0.0, NAN, NAN, NAN) if name is not None else (NAN,) * 6
+        if ns.memo_at != self.ended:
+            ns.memo = (
+                float(ns.n),
+                (ns.succ + a_prior) / (ns.n + PRIOR_STRENGTH),
+                float(ns.fail_streak),
+                ns.runtime.quantile(0.5),
+                ns.runtime.quantile(0.9),
+                ns.ttf.quantile(0.5),
+            )
+            ns.memo_at = self.ended
+        return ns.memo
+
+    def _group_part(self, group: str | None, prior: float, a_prior: float) -> tuple[float, ...]:
+        gs = self.groups.get(group) if group is not None else None
+        if gs is None:
+            return (0.0, prior, NAN) if group is not None else (NAN, NAN, NAN)
+        if gs.memo_at != self.ended:
+            gs.memo = (float(gs.n), (gs.succ + a_prior) / (gs.n + PRIOR_STRENGTH), gs.runtime.quantile(0.5))
+            gs.memo_at = self.ended
+        return gs.memo
+
+    def _shape_part(self, user: str | None, gpus: float, prior: float, a_prior: float) -> tuple[float, ...]:
+        ss = self.shapes.get((user, gpus))
+        if ss is None:
+            return (0.0, prior, NAN, NAN, NAN)
+        if ss.memo_at != self.ended:
+            ss.memo = (
+                float(ss.n),
+                (ss.succ + a_prior) / (ss.n + PRIOR_STRENGTH),
+                ss.runtime.quantile(0.5),
+                ss.runtime.recent_median(),
+                ss.ttf.quantile(0.5),
+            )
+            ss.memo_at = self.ended
+        return ss.memo
 
     def row(
         self, user: str | None, group: str | None, name: str | None, gpus: float, t: float
@@ -243,8 +319,6 @@ class RollingState:
         rate, so any end), so it is memoised per key until the next end: rows of a batch of pending jobs
         of the same users cost a dictionary lookup each."""
         prior, a_prior, glob = self._parts()
-        a = PRIOR_STRENGTH
-        at = self.ended
         us = self.users.get(user) if user is not None else None
         if us is not None:
             subs = us.submits
@@ -252,19 +326,7 @@ class RollingState:
                 subs.popleft()
             n_subs = float(len(subs))
             subs.append(t)
-            if us.memo_at != at:
-                rec = us.recent
-                us.memo = (
-                    float(us.n),
-                    (us.succ + a_prior) / (us.n + a),
-                    _last(rec, 1),
-                    _last(rec, 3),
-                    _last(rec, 10),
-                    float(us.fail_streak),
-                    *us.runtime_part(),
-                )
-                us.memo_at = at
-            m = us.memo
+            m = self._user_part(us, a_prior)
             u = (
                 *m[:6],
                 (t - us.last_fail) / 3600.0,
@@ -278,44 +340,153 @@ class RollingState:
             u = (0.0, prior, NAN, NAN, NAN, 0.0, NAN, NAN, 0.0, NAN, NAN, NAN, NAN, NAN)
         else:
             u = (NAN, prior, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN)
-        ns = self.names.get((user, name)) if name is not None else None
-        if ns is not None:
-            if ns.memo_at != at:
-                ns.memo = (
-                    float(ns.n),
-                    (ns.succ + a_prior) / (ns.n + a),
-                    float(ns.fail_streak),
-                    ns.runtime.quantile(0.5),
-                    ns.runtime.quantile(0.9),
-                    ns.ttf.quantile(0.5),
-                )
-                ns.memo_at = at
-            nm = ns.memo
-        else:
-            nm = (0.0, prior, 0.0, NAN, NAN, NAN) if name is not None else (NAN,) * 6
-        gs = self.groups.get(group) if group is not None else None
-        if gs is not None:
-            if gs.memo_at != at:
-                gs.memo = (float(gs.n), (gs.succ + a_prior) / (gs.n + a), gs.runtime.quantile(0.5))
-                gs.memo_at = at
-            gr = gs.memo
-        else:
-            gr = (0.0, prior, NAN) if group is not None else (NAN, NAN, NAN)
-        ss = self.shapes.get((user, gpus))
-        if ss is not None:
-            if ss.memo_at != at:
-                ss.memo = (
-                    float(ss.n),
-                    (ss.succ + a_prior) / (ss.n + a),
-                    ss.runtime.quantile(0.5),
-                    ss.runtime.recent_median(),
-                    ss.ttf.quantile(0.5),
-                )
-                ss.memo_at = at
-            sh = ss.memo
-        else:
-            sh = (0.0, prior, NAN, NAN, NAN)
-        return (*u, *nm, *gr, *sh, *glob)
+        return (
+            *u,
+            *self._name_part(user, name, prior, a_prior),
+            *self._group_part(group, prior, a_prior),
+            *self._shape_part(user, gpus, prior, a_prior),
+            *glob,
+        )
+
+    def rows(
+        self,
+        users: Sequence[str | None],
+        groups: Sequence[str | None],
+        names: Sequence[str | None],
+        gpus: Sequence[float],
+        t: Sequence[float],
+    ) -> npt.NDArray[np.float64]:
+        """`row` for a batch of new jobs, in order: the same numbers, as one (n, features) array.
+
+        Each key's part (user, user + name, group, user + GPUs) is built once per distinct key and
+        gathered with fancy indexing; only the times since the user's last failure / success and the
+        submission counts differ per job, and those are vectorised too."""
+        n = len(users)
+        out = np.empty((n, len(HISTORY_FEATURES)), dtype=np.float64)
+        if n == 0:
+            return out
+        prior, a_prior, glob = self._parts()
+        tt = np.asarray(t, dtype=np.float64)
+        u_code, u_uniq = _factorize(users)
+        # Users (a last row for "no user"): the memoised part, then the last failure and success times.
+        udict = self.users
+        ustats = []
+        for user in u_uniq:
+            us = udict.get(user)
+            if us is None:  # `row` would create it: the same empty history
+                us = udict[user] = KeyStats()
+            ustats.append(us)
+        U = _matrix(
+            [(*self._user_part(us, a_prior), us.last_fail, us.last_success) for us in ustats]
+            + [(NAN, prior, *(NAN,) * 11)],
+            13,
+        )[u_code]
+        out[:, 0:6] = U[:, 0:6]
+        out[:, 6] = (tt - U[:, 11]) / 3600.0
+        out[:, 7] = (tt - U[:, 12]) / 3600.0
+        out[:, 9:14] = U[:, 6:11]
+        n_code, _ = _factorize(names)
+        g_code, g_uniq = _factorize(groups)
+        s_code, _ = _factorize(gpus)
+        u1 = u_code + 1  # 0 = no user (u_code -1)
+        ul: list[str | None] = [None, *u_uniq]
+        # User + name: one part per distinct pair (jobs without a name share the all-NaN part).
+        name_key = np.where(n_code < 0, -1, u1 * (int(n_code.max(initial=0)) + 2) + n_code)
+        _, first, inv = np.unique(name_key, return_index=True, return_inverse=True)
+        f = first.tolist()
+        at = self.ended
+        nget = self.names.get
+        nm = []
+        for u, i in zip(u1[first].tolist(), f, strict=True):
+            ns = nget((ul[u], names[i])) if names[i] is not None else None
+            nm.append(
+                ns.memo
+                if ns is not None and ns.memo_at == at
+                else self._name_part(ul[u], names[i], prior, a_prior)
+            )
+        out[:, 14:20] = _matrix(nm, 6)[inv]
+        # Groups: one part per distinct group, a last row for "no group".
+        gr = [self._group_part(g, prior, a_prior) for g in g_uniq] + [(NAN, NAN, NAN)]
+        out[:, 20:23] = _matrix(gr, 3)[g_code]
+        # User + GPU count.
+        shape_key = u1 * (int(s_code.max(initial=0)) + 2) + s_code
+        _, first, inv = np.unique(shape_key, return_index=True, return_inverse=True)
+        f = first.tolist()
+        sget = self.shapes.get
+        sh = []
+        for u, i in zip(u1[first].tolist(), f, strict=True):
+            ss = sget((ul[u], gpus[i]))
+            sh.append(
+                ss.memo
+                if ss is not None and ss.memo_at == at
+                else self._shape_part(ul[u], gpus[i], prior, a_prior)
+            )
+        out[:, 23:28] = _matrix(sh, 5)[inv]
+        out[:, 28:] = glob
+        out[:, 8] = self._count_submits(users, u_code, u_uniq, tt)
+        return out
+
+    def _count_submits(
+        self,
+        users: Sequence[str | None],
+        u_code: npt.NDArray[np.int64],
+        u_uniq: list[Any],
+        tt: npt.NDArray[np.float64],
+    ) -> npt.NDArray[np.float64]:
+        """Each job's count of its user's submissions in the hour before, then count the job itself, as
+        `row` does job by job.
+
+        When every user's times (those queued, then the batch's in order) never go back, the deque steps
+        of `row` reduce to binary searches in one array sorted by (user, time); otherwise (jobs first seen
+        late) the same deque steps run job by job."""
+        res = np.full(len(tt), NAN)
+        deques = [self.users[u].submits for u in u_uniq]
+        bi = np.flatnonzero(u_code >= 0)
+        if len(bi) == 0:
+            return res
+        old_len = np.fromiter(map(len, deques), np.int64, len(deques))
+        old_t = np.fromiter(chain.from_iterable(deques), np.float64, int(old_len.sum()))
+        codes = np.concatenate([np.repeat(np.arange(len(deques)), old_len), u_code[bi]])
+        times = np.concatenate([old_t, tt[bi]])
+        order = np.argsort(codes, kind="stable")  # per user: what is queued, then the batch in order
+        c_s, t_s = codes[order], times[order]
+        if np.any((c_s[1:] == c_s[:-1]) & (t_s[1:] < t_s[:-1])):
+            return self._count_submits_slow(users, tt)
+        ranks = np.unique(np.concatenate([t_s, tt[bi] - SUBMIT_WINDOW_S]), return_inverse=True)[1]
+        m = int(ranks.max()) + 1
+        comp = c_s * m + ranks[: len(t_s)]
+        pos = np.empty(len(codes), dtype=np.int64)
+        pos[order] = np.arange(len(codes))
+        bpos = pos[len(old_t) :]  # where each batch job sits in the sorted array
+        cut = np.searchsorted(comp, u_code[bi] * m + ranks[len(t_s) :], side="right")
+        res[bi] = bpos - cut  # the user's earlier submissions after t - 1 hour
+        # What each deque holds afterwards: its user's run from the last job's cut to the end.
+        ends = np.searchsorted(c_s, np.arange(1, len(deques) + 1), side="left")
+        cut_at = np.empty(len(codes), dtype=np.int64)
+        cut_at[bpos] = cut
+        keep_from = cut_at[ends - 1].tolist()
+        tl = t_s.tolist()
+        for d, a, b in zip(deques, keep_from, ends.tolist(), strict=True):
+            d.clear()
+            d.extend(tl[a:b])
+        return res
+
+    def _count_submits_slow(
+        self, users: Sequence[str | None], tt: npt.NDArray[np.float64]
+    ) -> npt.NDArray[np.float64]:
+        res: list[float] = []
+        udict = self.users
+        w = SUBMIT_WINDOW_S
+        for user, ti in zip(users, tt.tolist(), strict=True):
+            if user is None:
+                res.append(NAN)
+                continue
+            subs = udict[user].submits
+            while subs and subs[0] <= ti - w:
+                subs.popleft()
+            res.append(float(len(subs)))
+            subs.append(ti)
+        return np.asarray(res, dtype=np.float64)
 
     def peek_row(
         self, user: str | None, group: str | None, name: str | None, gpus: float, t: float
@@ -511,7 +682,7 @@ def _key_history(
     s_cum = np.concatenate([[0], np.cumsum(esucc)])
     succ = (s_cum[idx] - s_cum[ks]).astype(np.float64)
     last: dict[int, npt.NDArray[np.float64]] = {}
-    for k in (1, 3, 10, 100):
+    for k in (1, 3, 10, 100, GLOBAL_RECENT):
         lo = np.maximum(idx - k, ks)
         cnt = idx - lo
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -644,8 +815,25 @@ def _vector_history(
         g.last[100],
         g.rt_med,
         g.ttf_med,
+        g.last[GLOBAL_RECENT],
     ]
     return np.column_stack(cols).astype(np.float64)
+
+
+def _matrix(rows: list[tuple[float, ...]], width: int) -> npt.NDArray[np.float64]:
+    """A (len(rows), width) array from tuples: one flat pass (numpy's nested-sequence path is slower)."""
+    flat = np.fromiter(chain.from_iterable(rows), np.float64, len(rows) * width)
+    return flat.reshape(len(rows), width)
+
+
+def _factorize(values: Sequence[Any]) -> tuple[npt.NDArray[np.int64], list[Any]]:
+    """(codes, distinct values in first-seen order); None gets code -1."""
+    import pandas as pd
+
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = values
+    codes, uniq = pd.factorize(arr, use_na_sentinel=True)
+    return codes.astype(np.int64), list(uniq)
 
 
 def pd_isnull(a: npt.NDArray[np.object_]) -> npt.NDArray[np.bool_]:

@@ -28,6 +28,7 @@ from headway.predict.api import Predictions
 from headway.predict.features import (
     CATEGORICAL_FEATURES,
     NUMERIC_FEATURES,
+    PRIOR_STRENGTH,
     FeatureFrame,
 )
 
@@ -62,8 +63,16 @@ class TrainConfig:
     threads: int = 1  # LightGBM threads from SMALL_FIT_ROWS examples up (smaller fits always use one)
     seed: int = 7
     halflife_days: float | None = 3.0  # weight examples by recency: half weight 3 days before the latest
-    runtime_start: str = "recent5"  # runtime models start from: recent5 (user's last 5) | median (last 25)
+    # runtime start: shape5 (median of the last 5 successes with the same GPU count, else the user's last 5)
+    # | recent5 (user's last 5) | median (user's last 25) | blend (mean of those two in log space)
+    runtime_start: str = "shape5"
     runtime_trees: bool = False  # correct the median runtime with trees (off: see docs/predict.md)
+    prior: str = "recent"  # the rates' Beta prior in the starting point: recent (last 500 ends) | all
+    calib_by: str = "submit"  # calibration slice: the latest jobs by submit | end time
+    p_rounds: int = 0  # completion trees: exactly this many (no early stopping); 0: early-stopped
+    # evaluation-only experiment (not in OnlinePredictor; off: it lost on the validation folds): refit a
+    # Platt map daily on the last N ended jobs' served probabilities
+    recalibrate: int = 0
 
 
 @dataclass(slots=True)
@@ -121,11 +130,15 @@ def design(
     for name in CATEGORICAL_FEATURES:
         values = cats[name]
         levels = vocab.get(name, [])
-        if len(values) > 1000:
+        if len(values) > 64:  # code each distinct value once, then gather
             import pandas as pd
 
-            c = pd.Categorical(np.asarray(values, dtype=object), categories=levels).codes
-            codes = np.where(c < 0, np.nan, c).astype(np.float64)
+            arr = np.empty(len(values), dtype=object)
+            arr[:] = values
+            codes_v, uniq = pd.factorize(arr, use_na_sentinel=True)
+            index = {v: float(k) for k, v in enumerate(levels)}
+            lut = np.array([index.get(v, np.nan) for v in uniq] + [np.nan], dtype=np.float64)
+            codes = lut[codes_v]  # -1 (null) takes the last entry: NaN
         else:  # a dict beats pandas' setup cost for the few rows an online call brings
             index = {v: float(k) for k, v in enumerate(levels)}
             codes = np.array([index.get(v, np.nan) if v is not None else np.nan for v in values], np.float64)
@@ -134,27 +147,47 @@ def design(
 
 
 RUNTIME_STARTS = {
-    "recent5": "user_log_runtime_recent5",
-    "median": "user_log_runtime_median",
+    "recent5": ("user_log_runtime_recent5",),
+    "median": ("user_log_runtime_median",),
+    "blend": ("user_log_runtime_recent5", "user_log_runtime_median"),  # their mean in log space
+    "shape5": ("shape_log_runtime_recent5", "user_log_runtime_recent5"),  # same GPU count first
 }
 
 
+def _reprior(X: npt.NDArray[np.float64], rate: str, n: str) -> npt.NDArray[np.float64]:
+    """A smoothed rate with the cluster's recent rate (its last 500 ended jobs) as the Beta prior instead
+    of its rate over all time: (succ + a p0) / (n + a) moved by a (p_recent - p0) / (n + a)."""
+    p0 = X[:, _COL["global_success_rate"]]
+    recent = X[:, _COL["global_last500"]]
+    recent = np.where(np.isnan(recent), p0, recent)
+    cnt = np.nan_to_num(X[:, _COL[n]], nan=0.0)
+    out: npt.NDArray[np.float64] = X[:, _COL[rate]] + PRIOR_STRENGTH * (recent - p0) / (cnt + PRIOR_STRENGTH)
+    return out
+
+
 def fallback_predictions(
-    X: npt.NDArray[np.float64], time_limit: npt.NDArray[np.float64], runtime_start: str = "recent5"
+    X: npt.NDArray[np.float64],
+    time_limit: npt.NDArray[np.float64],
+    runtime_start: str = "shape5",
+    prior: str = "recent",
 ) -> Predictions:
     """Cold-start predictions from the feature row alone: smoothed rates and running medians."""
-    p = X[:, _COL["name_success_rate"]].copy()
+    if prior == "recent":
+        p = _reprior(X, "name_success_rate", "name_jobs_ended")
+        p_user = _reprior(X, "user_success_rate", "user_jobs_ended")
+    else:
+        p = X[:, _COL["name_success_rate"]].copy()
+        p_user = X[:, _COL["user_success_rate"]]
     few_name = ~(X[:, _COL["name_jobs_ended"]] >= 3)
-    p[few_name] = X[few_name, _COL["user_success_rate"]]
-    rt = _first_finite(
-        X,
-        (
-            "name_log_runtime_median",
-            RUNTIME_STARTS[runtime_start],
-            "group_log_runtime_median",
-            "global_log_runtime_median",
-        ),
-    )
+    p[few_name] = p_user[few_name]
+    start = RUNTIME_STARTS[runtime_start]
+    if runtime_start == "blend":
+        user_rt = 0.5 * (X[:, _COL[start[0]]] + X[:, _COL[start[1]]])
+    else:
+        user_rt = _first_finite(X, start)
+    rt = X[:, _COL["name_log_runtime_median"]]
+    for alt in (user_rt, X[:, _COL["group_log_runtime_median"]], X[:, _COL["global_log_runtime_median"]]):
+        rt = np.where(np.isnan(rt), alt, rt)
     p90 = _first_finite(X, ("name_log_runtime_p90", "user_log_runtime_p90"))
     p90 = np.where(np.isnan(p90), rt + math.log(3.0), np.maximum(p90, rt))
     ttf = _first_finite(X, ("name_log_ttf_median", "user_log_ttf_median", "global_log_ttf_median"))
@@ -163,14 +196,17 @@ def fallback_predictions(
 
 
 def offsets(
-    X: npt.NDArray[np.float64], time_limit: npt.NDArray[np.float64], runtime_start: str = "recent5"
+    X: npt.NDArray[np.float64],
+    time_limit: npt.NDArray[np.float64],
+    runtime_start: str = "shape5",
+    prior: str = "recent",
 ) -> dict[str, npt.NDArray[np.float64]]:
     """Where each model starts before its trees: the fallback prediction (log-odds / log seconds).
 
     The trees learn corrections to these, so a thin history still gives the running medians and rates,
     and a feature like "the user's median runtime" maps one-to-one instead of through step functions.
     """
-    fb = fallback_predictions(X, time_limit, runtime_start)
+    fb = fallback_predictions(X, time_limit, runtime_start, prior)
     p = np.clip(fb.p_success, *P_CLIP)
     return {
         "p_success": np.log(p / (1 - p)),
@@ -321,6 +357,10 @@ class Predictor:
         n = len(rows)
         n_cal = round(n * cfg.calib_fraction)
         fit_idx, cal_idx = np.arange(n - n_cal), np.arange(n - n_cal, n)
+        if cfg.calib_by == "end" and n_cal:  # the jobs whose outcomes came in last, not the last submitted
+            late = np.zeros(n, dtype=bool)
+            late[np.argsort(frame.end[rows], kind="stable")[n - n_cal :]] = True
+            fit_idx, cal_idx = np.flatnonzero(~late), np.flatnonzero(late)
         cat_idx = [_COL[c] for c in CATEGORICAL_FEATURES]
         boosters: dict[str, Any] = {}
         meta: dict[str, Any] = {
@@ -332,7 +372,7 @@ class Predictor:
         calibration = Calibration()
         shrink: dict[str, float] = {}
 
-        off = offsets(frame.X[rows], frame.time_limit[rows], cfg.runtime_start)
+        off = offsets(frame.X[rows], frame.time_limit[rows], cfg.runtime_start, cfg.prior)
         weight = np.ones(n)
         if cfg.halflife_days and n:
             age_days = (frame.submit[rows][-1] - frame.submit[rows]) / 86400.0
@@ -363,7 +403,7 @@ class Predictor:
             )
             callbacks: list[Any] = []
             valid_sets = []
-            if len(sel_val) >= cfg.min_rows:
+            if len(sel_val) >= cfg.min_rows and not (key == "p_success" and cfg.p_rounds):
                 valid_sets = [
                     lgb.Dataset(
                         Xd[sel_val],
@@ -377,7 +417,9 @@ class Predictor:
             return lgb.train(params, dfit, num_boost_round=rounds, valid_sets=valid_sets, callbacks=callbacks)
 
         if len(fit_idx) >= cfg.min_rows and 0 < y[fit_idx].sum() < len(fit_idx):
-            b = train("p_success", "binary", fit_idx, cal_idx, y.astype(np.float64), cfg.rounds)
+            b = train(
+                "p_success", "binary", fit_idx, cal_idx, y.astype(np.float64), cfg.p_rounds or cfg.rounds
+            )
             boosters["p_success"] = b
             if n_cal:
                 raw = _sigmoid(b.predict(Xd[cal_idx], raw_score=True) + off["p_success"][cal_idx])
@@ -401,6 +443,7 @@ class Predictor:
         meta["models"] = sorted(boosters)
         meta["shrink"] = shrink
         meta["runtime_start"] = cfg.runtime_start
+        meta["prior"] = cfg.prior
         meta["calibration"] = calibration.kind
         return cls(vocab=vocab, calibration=calibration, boosters=boosters, meta=meta)
 
@@ -410,14 +453,20 @@ class Predictor:
 
     def uncalibrated(self, Xd: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """The classifier's probability before calibration (the fallback rate when there is no classifier)."""
-        off = offsets(Xd[:, : len(NUMERIC_FEATURES)], np.full(len(Xd), np.nan))["p_success"]
+        X = Xd[:, : len(NUMERIC_FEATURES)]
+        off = offsets(X, np.full(len(Xd), np.nan), prior=self.meta.get("prior", "all"))["p_success"]
         if "p_success" in self.boosters:
             off = off + self.boosters["p_success"].predict(Xd, raw_score=True, num_threads=_threads(len(Xd)))
         return _sigmoid(off)
 
     def predict_design(self, Xd: npt.NDArray[np.float64], time_limit: npt.NDArray[np.float64]) -> Predictions:
         """Predictions for rows of the design matrix; missing parts come from the fallback."""
-        off = offsets(Xd[:, : len(NUMERIC_FEATURES)], time_limit, self.meta.get("runtime_start", "recent5"))
+        off = offsets(
+            Xd[:, : len(NUMERIC_FEATURES)],
+            time_limit,
+            self.meta.get("runtime_start", "recent5"),
+            self.meta.get("prior", "all"),
+        )
         b = self.boosters
 
         shrink = self.meta.get("shrink", {})

@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -26,20 +27,47 @@ from headway.predict.features import (
 )
 from headway.predict.model import Predictor, TrainConfig, fallback_predictions
 
+BATCH_ROWS_FROM = 48  # new jobs in one call from which `RollingState.rows` beats one `row` per job
 ONLINE_CONFIG = TrainConfig(rounds=150, quantile_rounds=100, early_stopping=20, max_rows=100_000)
 
 
-@dataclass(slots=True)
-class _Row:
-    hist: tuple[float, ...]
-    cats: tuple[str | None, ...]
+class _Batch:
+    """Feature rows served to a batch of new jobs: one array, each job's row found by its id. Every job of
+    the batch maps to this same object, so a batch of 10k jobs allocates no per-job containers (which
+    would also wake the garbage collector over the whole rolling state)."""
+
+    __slots__ = ("cats", "hist", "pos")
+
+    def __init__(self, hist: Any, cats: tuple[list[str | None], ...], pos: dict[str, int]) -> None:
+        self.hist = hist
+        self.cats = cats
+        self.pos = pos
+
+
+# A served feature row, kept until the job ends and becomes a training example: (history features,
+# categorical values) for a job taken alone, or the batch it came in.
+_Row = tuple[Sequence[float], tuple[str | None, ...]] | _Batch
+
+
+def _hist(r: _Row, job_id: str) -> Sequence[float]:
+    if isinstance(r, _Batch):
+        h: Sequence[float] = r.hist[r.pos[job_id]]
+        return h
+    return r[0]
+
+
+def _cats(r: _Row, job_id: str) -> tuple[str | None, ...]:
+    if isinstance(r, _Batch):
+        k = r.pos[job_id]
+        return tuple(c[k] for c in r.cats)
+    return r[1]
 
 
 @dataclass(slots=True)
 class _History:
     """Training examples collected online: the served feature row and what happened."""
 
-    hist: list[tuple[float, ...]] = field(default_factory=list)
+    hist: list[Sequence[float]] = field(default_factory=list)
     cats: list[tuple[str | None, ...]] = field(default_factory=list)
     jobs: list[SubmittedJob] = field(default_factory=list)
     start: list[float] = field(default_factory=list)
@@ -96,7 +124,7 @@ class OnlinePredictor:
         self.state = RollingState()
         self.trainings = 0
         self._rows: dict[str, _Row] = {}
-        self._preds: dict[str, tuple[float, float, float, float]] = {}
+        self._preds: dict[str, _Batch] = {}  # job id -> the batch whose `hist` holds its 4 predictions
         self._ends: list[tuple[float, int, EndedJob]] = []  # ends reported but not yet in the past
         self._seq = 0
         self._history = _History()
@@ -125,15 +153,23 @@ class OnlinePredictor:
         # A job's feature row is fixed once served, so its prediction only changes when the model does.
         cache = self._preds
         todo = [j for j in jobs if j.job_id not in cache]
+        vals = None
         if todo:
             X, cats, tl = self._matrix(todo)
             if self.model is None:
                 p = fallback_predictions(X, tl)
             else:
                 p = self.model.predict_design(self.model.design(X, cats), tl)
-            for k, j in enumerate(todo):
-                cache[j.job_id] = (p.p_success[k], p.runtime[k], p.runtime_p90[k], p.time_to_failure[k])
-        vals = np.array([cache[j.job_id] for j in jobs], dtype=np.float64).reshape(len(jobs), 4)
+            new = np.column_stack([p.p_success, p.runtime, p.runtime_p90, p.time_to_failure])
+            ids = [j.job_id for j in todo]
+            batch = _Batch(new, (), dict(zip(ids, range(len(ids)), strict=True)))
+            cache.update(dict.fromkeys(ids, batch))
+            if len(todo) == len(jobs):
+                vals = new
+        if vals is None:
+            vals = np.array([_hist(cache[j.job_id], j.job_id) for j in jobs], dtype=np.float64).reshape(
+                len(jobs), 4
+            )
         return Predictions(
             p_success=vals[:, 0].copy(),
             runtime=vals[:, 1].copy(),
@@ -170,8 +206,8 @@ class OnlinePredictor:
             self._preds.pop(j.job_id, None)
             self.state.observe_end(j.user, j.group, j.name, j.gpus, e.start_time, e.end_time, e.state)
             h = self._history
-            h.hist.append(row.hist)
-            h.cats.append(row.cats)
+            h.hist.append(_hist(row, j.job_id))
+            h.cats.append(_cats(row, j.job_id))
             h.jobs.append(j)
             h.start.append(e.start_time)
             h.end.append(e.end_time)
@@ -180,26 +216,50 @@ class OnlinePredictor:
 
     def _row(self, j: SubmittedJob) -> _Row:
         hist = self.state.row(j.user, j.group, j.name, j.gpus, j.submit_time)
-        return _Row(hist, (j.partition, j.priority_class, j.group))
+        return hist, (j.partition, j.priority_class, j.group)
 
     def _matrix(
         self, jobs: Sequence[SubmittedJob]
     ) -> tuple[npt.NDArray[np.float64], dict[str, npt.NDArray[np.object_]], npt.NDArray[np.float64]]:
-        rows = []
-        for j in jobs:
-            r = self._rows.get(j.job_id)
-            if r is None:
-                r = self._rows[j.job_id] = self._row(j)
-            rows.append(r)
+        """Design inputs for `jobs`: rows already taken are reused; new jobs get theirs in one batch
+        (`RollingState.rows`, the same numbers as one `row` call each, in order)."""
         n = len(jobs)
-        h = np.array([r.hist for r in rows], dtype=np.float64).reshape(n, len(HISTORY_FEATURES))
+        known = self._rows
+        fresh = {j.job_id: j for j in jobs if j.job_id not in known}  # a repeated job: its first entry
+        if len(fresh) < len(jobs):
+            fresh = {}
+            for j in jobs:
+                if j.job_id not in known and j.job_id not in fresh:
+                    fresh[j.job_id] = j
+        hist_new = None
+        if 0 < len(fresh) < BATCH_ROWS_FROM:  # a few jobs: one `row` each is cheaper than the batch setup
+            for jid, j in fresh.items():
+                known[jid] = self._row(j)
+        elif fresh:
+            new = list(fresh.values())
+            hist_new = self.state.rows(
+                [j.user for j in new],
+                [j.group for j in new],
+                [j.name for j in new],
+                [j.gpus for j in new],
+                [j.submit_time for j in new],
+            )
+            cat_lists = ([j.partition for j in new], [j.priority_class for j in new], [j.group for j in new])
+            batch = _Batch(hist_new, cat_lists, dict(zip(fresh, range(len(new)), strict=True)))
+            known.update(dict.fromkeys(fresh, batch))
+        if hist_new is not None and len(fresh) == n:
+            h_arr = hist_new  # the usual case at an arrival: every job is new
+        else:
+            h_arr = np.array([_hist(known[j.job_id], j.job_id) for j in jobs], dtype=np.float64).reshape(
+                n, len(HISTORY_FEATURES)
+            )
         submit = np.fromiter((j.submit_time for j in jobs), np.float64, n)
         gpus = np.fromiter((j.gpus for j in jobs), np.float64, n)
         nodes = np.fromiter((j.nodes for j in jobs), np.float64, n)
         tl = np.fromiter((np.nan if j.time_limit is None else j.time_limit for j in jobs), np.float64, n)
-        X = np.hstack([h, request_features(gpus, nodes, tl, submit)])
-        cats = {
-            name: np.fromiter((r.cats[k] for r in rows), object, n)
-            for k, name in enumerate(CATEGORICAL_FEATURES)
-        }
+        X = np.hstack([h_arr, request_features(gpus, nodes, tl, submit)])
+        cats = {name: np.empty(n, dtype=object) for name in CATEGORICAL_FEATURES}
+        cats["partition"][:] = [j.partition for j in jobs]
+        cats["priority_class"][:] = [j.priority_class for j in jobs]
+        cats["group"][:] = [j.group for j in jobs]
         return X, cats, tl

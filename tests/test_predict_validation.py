@@ -1,0 +1,84 @@
+"""Choosing settings without the test jobs: validation folds, noise estimates, and the drift features."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from headway.predict.evaluate import evaluate, noise, split, training_period, validation_folds
+from headway.predict.features import HISTORY_FEATURES, RollingState, build_features
+from headway.predict.model import TrainConfig, fallback_predictions, offsets
+from headway.predict.synthetic import make_history
+
+FAST = TrainConfig(rounds=40, quantile_rounds=30, early_stopping=10)
+
+
+@pytest.fixture(scope="module")
+def frame():  # type: ignore[no-untyped-def]
+    return build_features(make_history(2_000, seed=21, users=15, days=12))
+
+
+def test_validation_folds_never_read_the_test_outcomes(frame) -> None:  # type: ignore[no-untyped-def]
+    _, test = split(frame, 0.3)
+    flipped = frame.take(np.arange(len(frame)))
+    flipped.state = flipped.state.copy()
+    flipped.state[test] = np.where(flipped.state[test] == "COMPLETED", "FAILED", "COMPLETED")
+    a = validation_folds(frame, 0.3, FAST)
+    b = validation_folds(flipped, 0.3, FAST)
+    assert a == b
+    assert [f["fold"] for f in a["folds"]] == ["55%-70%", "70%-85%", "85%-100%"]
+    # and the test itself does see them (so the comparison above could have failed)
+    assert evaluate(frame, 0.3, FAST, bootstrap=0)["auc"] != evaluate(flipped, 0.3, FAST, bootstrap=0)["auc"]
+
+
+def test_training_period_hides_outcomes_that_came_after_the_split(frame) -> None:  # type: ignore[no-untyped-def]
+    train, test = split(frame, 0.3)
+    sub, lab = training_period(frame, 0.3)
+    t_split = frame.submit[test[0]]
+    assert (sub.submit < t_split).all()
+    assert (sub.end[sub.ended] < t_split).all()
+    assert len(lab) == len(train)
+
+
+def test_noise_brackets_the_figures_and_gives_an_ece_floor(frame) -> None:  # type: ignore[no-untyped-def]
+    r = evaluate(frame, 0.3, FAST, bootstrap=100)
+    nz = r["noise"]
+    gain = r["auc"] - r["baseline"]["auc"]
+    assert nz["auc_gain"]["p05"] <= gain <= nz["auc_gain"]["p95"]
+    assert nz["ece"]["p05"] <= r["ece"] + 0.01
+    # a perfectly calibrated model still shows some ECE on a finite test set, shrinking with its size
+    assert 0.0 < nz["ece_floor"]["mean"] < 0.1
+    tf = frame.take(split(frame, 0.3)[1])
+    p = evaluate(frame, 0.3, FAST, bootstrap=0)
+    assert "noise" not in p
+    small = noise(tf.take(np.arange(200)), _first(r, tf, 200), rounds=100)
+    assert small["ece_floor"]["mean"] > nz["ece_floor"]["mean"]
+
+
+def _first(r, tf, n):  # type: ignore[no-untyped-def]
+    """Some predictions for the first n test jobs (the fallback is enough for the noise floor)."""
+    return fallback_predictions(tf.X[:n], tf.time_limit[:n])
+
+
+def test_the_clusters_recent_rate_counts_its_last_500_ended_jobs() -> None:
+    st = RollingState()
+    k = HISTORY_FEATURES.index("global_last500")
+    assert np.isnan(st.row("u", None, None, 1.0, 0.0)[k])
+    for i in range(700):
+        st.observe_end("u", None, None, 1.0, float(i), float(i) + 0.5, "COMPLETED" if i < 350 else "FAILED")
+    assert st.row("u", None, None, 1.0, 1000.0)[k] == pytest.approx(150 / 500)
+
+
+def test_recent_prior_starts_a_new_user_at_the_clusters_recent_rate() -> None:
+    st = RollingState()
+    for i in range(600):  # early successes, then a run of failures: the all-time rate lags behind
+        state = "COMPLETED" if i < 300 else "FAILED"
+        st.observe_end(f"old{i % 5}", None, None, 1.0, float(i), float(i) + 0.5, state)
+    row = np.array([st.row("newcomer", None, None, 1.0, 1000.0)], dtype=np.float64)
+    X = np.hstack([row, np.zeros((1, 5))])
+    p_all = fallback_predictions(X, np.array([np.nan]), prior="all").p_success[0]
+    p_recent = fallback_predictions(X, np.array([np.nan]), prior="recent").p_success[0]
+    assert p_all == pytest.approx((300 + 1) / (600 + 2))
+    assert p_recent == pytest.approx(200 / 500)  # the last 500 ends: 200 successes, then 300 failures
+    off = offsets(X, np.array([np.nan]), prior="recent")["p_success"][0]
+    assert off == pytest.approx(np.log(p_recent / (1 - p_recent)))
