@@ -122,7 +122,7 @@ def test_after_waits_for_success_and_cancels_when_the_dependency_fails() -> None
 
 
 def test_gang_jobs_get_all_their_gpus_at_once() -> None:
-    core = _core(4)
+    core = _core(4, policy="fifo-skip")
     core.handle(
         Submitted(_job(1, gpus=3)), Submitted(_job(2, gpus=2, t=1.0)), Submitted(_job(3, gpus=1, t=2.0))
     )

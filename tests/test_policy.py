@@ -39,6 +39,7 @@ def pending(rows: Sequence[dict[str, Any]], oracle: bool = False) -> PendingJobs
         last_stop=col("last_stop", 0.0) if rows and "last_stop" in rows[0] else col("submit", 0.0),
         fail_streak=col("streak", 0, np.int64),
         oracle_runtime=col("true", HOUR) if oracle else None,
+        oracle_success=col("ok", True, np.bool_) if oracle else None,
     )
 
 
@@ -228,7 +229,7 @@ def test_decide_does_not_mutate_the_snapshot() -> None:
     s = snapshot(pending([{"gpus": 2}, {"gpus": 3}]), free=[8])
     before = s.cluster.free.copy(), s.cluster.share.copy()
     for name in POLICIES:
-        if name == "sjf-oracle":
+        if POLICIES[name].oracle:
             continue
         get_policy(name).decide(s)
     assert (s.cluster.free == before[0]).all() and (s.cluster.share == before[1]).all()
@@ -257,7 +258,7 @@ def test_impact_replans_the_reservation_when_a_running_job_slips() -> None:
     r = running([{"gpus": 8, "start": 0.0, "R": 2 * HOUR}])  # predicted end 2 h, p90 4 h
     view = cluster([0], owners={(0, g): 0 for g in range(8)})
     rows = [{"id": "head", "gpus": 8}]
-    pol = get_policy("impact")
+    pol = get_policy("impact", reserve="head")  # classic EASY: a normal head holds a reservation too
     d1 = pol.decide(snapshot(pending(rows), view=view, r=r, now=1 * HOUR))
     d2 = pol.decide(snapshot(pending(rows), view=view, r=r, now=3 * HOUR))
     d3 = pol.decide(snapshot(pending(rows), view=view, r=r, now=5 * HOUR))
@@ -299,7 +300,7 @@ def test_las_preempts_a_lower_queue_job_for_a_new_one() -> None:
 def test_every_policy_works_with_either_placement() -> None:
     s = snapshot(pending([{"gpus": 2}, {"gpus": 6}]), free=[8, 2])
     for name in POLICIES:
-        if name == "sjf-oracle":
+        if POLICIES[name].oracle:
             s2 = dataclasses.replace(s, pending=pending([{"gpus": 2}, {"gpus": 6}], oracle=True))
         else:
             s2 = s
@@ -311,3 +312,42 @@ def test_every_policy_works_with_either_placement() -> None:
         get_policy("fifo", "scatter")
     with pytest.raises(ValueError, match="unknown policy"):
         get_policy("random")
+
+
+def test_fifo_waits_for_its_head_and_fifo_skip_does_not() -> None:
+    # 4 GPUs free: the 6-GPU head does not fit; a 2-GPU job behind it does.
+    rows = [{"id": "big", "gpus": 6, "submit": 0}, {"id": "small", "gpus": 2, "submit": 1}]
+    s = snapshot(pending(rows), free=[4])
+    assert get_policy("fifo").decide(s).start == ()
+    assert [x.job_id for x in get_policy("fifo-skip").decide(s).start] == ["small"]
+
+
+def test_impact_reserves_only_for_a_starved_head_by_default() -> None:
+    # One node, 4 GPUs free, 4 busy for 2 more hours. The best-ranked job needs 8 GPUs and has not
+    # starved: by default it is skipped and the long job behind it starts; with classic EASY
+    # (reserve="head") it holds a reservation and the long job, which would delay it, may not start.
+    r = running([{"gpus": 4, "start": 0.0, "R": 3 * HOUR}])
+    view = cluster([4], owners={(0, g): 0 for g in range(4, 8)})
+    rows = [
+        {"id": "head", "gpus": 8, "submit": 0, "p": 0.99, "R": 60},
+        {"id": "long", "gpus": 4, "submit": 1, "p": 0.5, "R": 10 * HOUR},
+    ]
+    s = snapshot(pending(rows), view=view, r=r, now=HOUR)
+    d = get_policy("impact").decide(s)
+    assert d.reservation is None and [x.job_id for x in d.start] == ["long"]
+    d2 = get_policy("impact", reserve="head").decide(s)
+    assert d2.reservation is not None and d2.reservation.job_id == "head" and d2.start == ()
+    with pytest.raises(ValueError, match="reserve"):
+        get_policy("impact", reserve="sometimes")
+
+
+def test_impact_oracle_ranks_by_the_true_outcome_and_runtime() -> None:
+    # Predictions say "bad" is the better bet; the truth says it fails and "good" succeeds quickly.
+    rows = [
+        {"id": "bad", "p": 0.99, "R": 60, "true": 5 * HOUR, "ok": False},
+        {"id": "good", "p": 0.1, "R": 10 * HOUR, "true": 60, "ok": True},
+    ]
+    assert order_ids("impact", snapshot(pending(rows, oracle=True))) == ["bad", "good"]
+    assert order_ids("impact-oracle", snapshot(pending(rows, oracle=True))) == ["good", "bad"]
+    with pytest.raises(ValueError, match="true runtimes"):
+        get_policy("impact-oracle").rank(snapshot(pending(rows)))

@@ -27,7 +27,16 @@ if TYPE_CHECKING:
     from headway.sim.cluster import ClusterSpec
     from headway.sim.result import SimResult
 
-ALL_POLICIES: tuple[str, ...] = ("fifo", "multifactor", "qssf", "las", "impact", "sjf-oracle")
+ALL_POLICIES: tuple[str, ...] = (
+    "fifo",
+    "multifactor",
+    "qssf",
+    "las",
+    "impact",
+    "sjf-oracle",
+    "fifo-skip",
+    "impact-oracle",
+)
 DEFAULT_POLICIES = "fifo,multifactor,qssf,las,impact"
 PLACEMENTS: tuple[str, ...] = ("first-fit", "topology")
 BASELINE = "multifactor"

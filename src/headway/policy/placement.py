@@ -160,34 +160,67 @@ def _topology(
         return Allocation((i,), (g,))
     if max_nodes == 1:
         return None
-    order = np.argsort(-free, kind="stable")
-    cs = np.cumsum(free[order])
-    if cs[-1] < g:
-        return None
-    k = int(np.searchsorted(cs, g)) + 1  # fewest nodes possible
+    # Fewest nodes possible: the fullest nodes first (counted from the histogram of free counts).
+    hist = np.bincount(free).tolist()
+    k, acc = 0, 0
+    for f in range(len(hist) - 1, 0, -1):
+        c = hist[f]
+        if acc + f * c >= g:
+            k += -(-(g - acc) // f)
+            break
+        acc += f * c
+        k += c
+    else:
+        return None  # all free GPUs together do not hold it
     if k > max_nodes:
         return None
-    # Fewest racks: is there one rack whose k fullest nodes hold the gang? Take the tightest such rack.
-    by_rack = np.lexsort((-free, rack))
-    r_sorted = rack[by_rack]
-    starts = np.searchsorted(r_sorted, np.arange(n_racks))
-    within = np.arange(len(free)) - starts[r_sorted]
-    fr = free[by_rack]
-    topk = np.bincount(r_sorted, weights=np.where(within < k, fr, 0), minlength=n_racks)
-    ok = topk >= g
-    if ok.any():
-        total = rack_free if rack_free is not None else np.bincount(rack, weights=free, minlength=n_racks)
-        r = int(np.argmin(np.where(ok, total, np.inf)))
-        in_rack = by_rack[starts[r] : starts[r] + int((r_sorted == r).sum())]
-        nodes = in_rack.tolist()
-    else:
-        nodes = order.tolist()
+    # Fewest racks: the tightest rack (then the lowest index) whose k fullest nodes hold the gang.
+    total = rack_free if rack_free is not None else np.bincount(rack, weights=free, minlength=n_racks)
+    cand = np.flatnonzero(total >= g)
+    nodes: list[int] | None = None
+    if len(cand):
+        free_l = free.tolist()
+        members = _rack_members(rack, n_racks)
+        tot = total[cand].tolist()
+        for _, r in sorted(zip(tot, cand.tolist(), strict=True)):
+            in_rack = sorted(members[r], key=lambda n: -free_l[n])  # stable: ties by node index
+            if sum(free_l[n] for n in in_rack[:k]) >= g:
+                nodes = in_rack
+                break
+    if nodes is None:  # no rack holds it: the fullest nodes anywhere, the tightest node for the rest
+        order = np.argsort(-free, kind="stable")
+        chosen = order[: k - 1].tolist()
+        rest = g - int(free[chosen].sum()) if chosen else g
+        by_free = free[order]
+        room = by_free >= rest
+        room[: k - 1] = False
+        if not room.any():  # cannot happen when the first k nodes hold it; keep the safe answer
+            return _counts(free, order[:k].tolist(), g)
+        tight = int(order[int(np.argmin(np.where(room, by_free, _BIG)))])  # first of the tightest
+        return _counts(free, [*chosen, tight], g)
     chosen = nodes[: k - 1]
     rest = g - int(free[chosen].sum()) if chosen else g
     last = _tightest_for_rest(free, chosen, nodes, rest)
     if last is None:  # cannot happen when the first k nodes hold it; keep the safe answer
         return _counts(free, nodes[:k], g)
     return _counts(free, [*chosen, last], g)
+
+
+_MEMBERS: dict[bytes, list[list[int]]] = {}
+
+
+def _rack_members(rack: I64, n_racks: int) -> list[list[int]]:
+    """Nodes of each rack in node order (a cluster's racks never change: cached by their bytes)."""
+    key = rack.tobytes()
+    got = _MEMBERS.get(key)
+    if got is None or len(got) != n_racks:
+        got = [[] for _ in range(n_racks)]
+        for n, r in enumerate(rack.tolist()):
+            got[r].append(n)
+        if len(_MEMBERS) > 16:
+            _MEMBERS.clear()
+        _MEMBERS[key] = got
+    return got
 
 
 def take(free: I64, share: I64, alloc: Allocation) -> list[tuple[int, int]]:
@@ -202,10 +235,16 @@ def take(free: I64, share: I64, alloc: Allocation) -> list[tuple[int, int]]:
         return used
     for n, c in zip(alloc.nodes, alloc.counts, strict=True):
         row = share[n]
-        idx = (row == FULL_SHARE).nonzero()[0][:c]
-        row[idx] = 0
+        if len(row) <= 64:  # a node's few GPUs: a plain scan beats three numpy calls
+            idx_l = [gi for gi, v in enumerate(row.tolist()) if v == FULL_SHARE][:c]
+            for gi in idx_l:
+                row[gi] = 0
+        else:
+            idx = (row == FULL_SHARE).nonzero()[0][:c]
+            row[idx] = 0
+            idx_l = idx.tolist()
         free[n] -= c
-        used.extend([(n, gi) for gi in idx.tolist()])
+        used.extend([(n, gi) for gi in idx_l])
     return used
 
 
@@ -223,31 +262,50 @@ class FreeIndex:
         "_ff",
         "_free_l",
         "_heaps",
-        "_key_l",
         "_members",
+        "_owned",
         "_partial",
         "_rack_free",
+        "_rack_l",
+        "_rf_l",
+        "_rf_shared",
+        "_total",
         "free",
         "n_racks",
         "node_key",
         "rack",
         "share",
-        "total",
     )
     BUCKETS_AFTER = 8  # one-node placements served by vector scans before the heaps are built
 
-    def __init__(self, free: I64, share: I64, rack: I64, n_racks: int) -> None:
+    def __init__(
+        self,
+        free: I64,
+        share: I64,
+        rack: I64,
+        n_racks: int,
+        rack_free: I64 | None = None,
+        *,
+        copy_on_write: bool = False,
+    ) -> None:
+        """`rack_free`: the racks' free totals for `free` when the caller keeps them (copied, not kept).
+        `copy_on_write`: leave `free` and `share` untouched and copy them at the first `take` (read
+        `self.free` and `self.share` after that); otherwise `take` writes them in place."""
         self.free, self.share, self.rack, self.n_racks = free, share, rack, n_racks
-        self._rack_free: I64 | None = None  # free GPUs per rack, built when topology needs it
+        self._owned = not copy_on_write
+        # free GPUs per rack, built when topology needs it
+        self._rack_free: I64 | None = rack_free
+        self._rf_shared = rack_free is not None  # still the caller's array: copied before the first write
         self.node_key: I64 | None = None  # one-node topology key; None when stale (rebuilt on demand)
-        self.total = int(free.sum())
+        self._total = -1  # whole free GPUs in all; counted on first use
         self._partial: dict[tuple[int, int], int] | None = None  # GPUs partly shared: built on demand
         self._calls = 0
         self._heaps: list[list[int]] | None = None  # per free count, (key << _NODE_BITS | node)
         self._ff: list[list[int]] = []  # per free count, node numbers (stale ones skipped)
         self._free_l: list[int] = []
-        self._key_l: list[int] = []
+        self._rf_l: list[int] = []  # rack totals as a list, once the heaps are built
         self._members: list[list[int]] = []
+        self._rack_l: list[int] = []  # rack per node as a list, once the heaps are built
 
     def _build(self) -> None:
         """The per-free-count heaps: node numbers (for `max_free`) and packed topology keys."""
@@ -261,17 +319,24 @@ class FreeIndex:
         for n, f in enumerate(free_l):
             if f > 0:
                 self._ff[f].append(n)  # ascending: already a valid heap
-        key_l = self._node_key().tolist()
+        rf_l: list[int] = self.rack_free.tolist()
+        rack_l: list[int] = self.rack.tolist()
         heaps: list[list[int]] = [[] for _ in range(top + 1)]
         for n, f in enumerate(free_l):
-            if f > 0:
-                heaps[f].append(key_l[n] << _NODE_BITS | n)  # (key, node) packed in one int
+            if f > 0:  # (topology key, node) packed in one int
+                heaps[f].append((rf_l[rack_l[n]] * 1024 + min(f, 1023)) << _NODE_BITS | n)
         for h in heaps:
             heapq.heapify(h)
-        members: list[list[int]] = [[] for _ in range(self.n_racks)]
-        for n, r in enumerate(self.rack.tolist()):
-            members[r].append(n)
-        self._heaps, self._key_l, self._members = heaps, key_l, members
+        self._heaps, self._rf_l, self._rack_l = heaps, rf_l, rack_l
+        self._members = _rack_members(self.rack, self.n_racks)
+
+    @property
+    def total(self) -> int:
+        """Whole free GPUs on all nodes."""
+        if self._total < 0:
+            rf = self._rack_free
+            self._total = int(rf.sum()) if rf is not None else int(self.free.sum())
+        return self._total
 
     @property
     def rack_free(self) -> I64:
@@ -283,17 +348,23 @@ class FreeIndex:
 
     def _node_key(self) -> I64:
         if self.node_key is None:
-            self.node_key = self.rack_free[self.rack] * 1024 + np.minimum(self.free, 1023)
+            # free counts never exceed the GPUs per node: the cap only matters on nodes of 1,024+ GPUs
+            fr = self.free if self.share.shape[-1] <= 1023 else np.minimum(self.free, 1023)
+            self.node_key = self.rack_free[self.rack] * 1024 + fr
         return self.node_key
 
     def _top(self, f: int) -> int:
         """The valid packed (key, node) at the top of free count f's heap (-1: none); drops stale ones."""
         assert self._heaps is not None
-        h, free_l, key_l = self._heaps[f], self._free_l, self._key_l
+        # An entry is current while its node still has f free GPUs and its rack total has not moved
+        # (totals only fall during a pass). Every change in a rack pushes, per free count, an entry for
+        # the rack's lowest such node: the only one of them that can be the best.
+        h, free_l, rf_l, rack_l = self._heaps[f], self._free_l, self._rf_l, self._rack_l
+        low = min(f, 1023)
         while h:
             e = h[0]
             n = e & _NODE_MASK
-            if free_l[n] == f and key_l[n] == e >> _NODE_BITS:
+            if free_l[n] == f and rf_l[rack_l[n]] * 1024 + low == e >> _NODE_BITS:
                 return e
             heapq.heappop(h)
         return -1
@@ -371,9 +442,21 @@ class FreeIndex:
         gi = int(np.argmax(self.share[n] == FULL_SHARE))
         return Allocation((n,), (0,), gi, milli)
 
+    def writable(self) -> tuple[I64, I64]:
+        """The scratch (free, share), copied first if they are still the caller's arrays."""
+        if not self._owned:
+            self.free, self.share = self.free.copy(), self.share.copy()
+            self._owned = True
+        return self.free, self.share
+
     def take(self, alloc: Allocation) -> list[tuple[int, int]]:
-        free, rack = self.free, self.rack
-        before = [int(free[n]) for n in alloc.nodes]
+        free, _ = self.writable()
+        if self._rf_shared:
+            assert self._rack_free is not None
+            self._rack_free, self._rf_shared = self._rack_free.copy(), False
+        rack_l = self._rack_l
+        free_l = self._free_l
+        before = [free_l[n] for n in alloc.nodes] if free_l else [int(free[n]) for n in alloc.nodes]
         used = take(free, self.share, alloc)
         if alloc.frac_gpu >= 0 and self._partial is not None:
             n, gi = used[0]
@@ -382,12 +465,13 @@ class FreeIndex:
                 self._partial[(n, gi)] = s
             else:
                 self._partial.pop((n, gi), None)
-        heaps, free_l = self._heaps, self._free_l
-        for n, was in zip(alloc.nodes, before, strict=True):
-            now = int(free[n])
+        heaps = self._heaps
+        for i, (n, was) in enumerate(zip(alloc.nodes, before, strict=True)):
+            now = was - alloc.counts[i] if alloc.frac_gpu < 0 else int(free[n])  # `take` took counts[i]
             if now == was:
                 continue
-            self.total -= was - now
+            if self._total >= 0:
+                self._total -= was - now
             self.node_key = None
             if free_l:
                 free_l[n] = now
@@ -395,14 +479,16 @@ class FreeIndex:
                     heapq.heappush(self._ff[now], n)
             if self._rack_free is None:
                 continue
-            r = int(rack[n])
+            r = rack_l[n] if rack_l else int(self.rack[n])
             self._rack_free[r] -= was - now
             if heaps is not None:
-                rf = int(self._rack_free[r]) * 1024
-                key_l = self._key_l
-                for m in self._members[r]:
+                self._rf_l[r] -= was - now
+                rf = self._rf_l[r] * 1024
+                lowest: dict[int, int] = {}
+                for m in self._members[r]:  # node order: the first with a count is its lowest
                     fm = free_l[m]
-                    key_l[m] = rf + min(fm, 1023)
-                    if fm > 0:
-                        heapq.heappush(heaps[fm], key_l[m] << _NODE_BITS | m)
+                    if fm > 0 and fm not in lowest:
+                        lowest[fm] = m
+                for fm, m in lowest.items():
+                    heapq.heappush(heaps[fm], (rf + min(fm, 1023)) << _NODE_BITS | m)
         return used

@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from headway.policy.placement import PLACEMENTS, FreeIndex, gang_size, place, placeable, take
 from headway.policy.snapshot import (
@@ -30,6 +31,13 @@ from headway.policy.snapshot import (
 
 HOUR = 3600.0
 DAY = 86400.0
+_NO_INTS: I64 = np.empty(0, dtype=np.int64)
+_ORDER_ONE: I64 = np.zeros(1, dtype=np.int64)
+for _a in (_NO_INTS, _ORDER_ONE):
+    _a.setflags(write=False)
+_UNLIMITED = 1 << 62
+# Up to this many pending jobs a pass works on plain lists: the same results with fewer numpy calls.
+SMALL_QUEUE = 16
 CLASS_WEIGHT: dict[str, float] = {"low": 0.5, "normal": 1.0, "high": 2.0, "urgent": 4.0}
 # The starvation bound. While a starved job waits at the head nothing may pass it, so a bound shorter
 # than the queue's usual delays turns impact into strict FIFO: on the Philly replay at load 1.0
@@ -68,7 +76,9 @@ class Policy:
 
     name: ClassVar[str] = "base"
     oracle: ClassVar[bool] = False
-    mode: ClassVar[str] = "greedy"  # greedy: skip what does not fit; easy: reservation + backfill
+    # strict: stop at the first job that does not fit (the Helios simulator's baselines); greedy: skip
+    # what does not fit; easy: the first job that does not fit gets a reservation, others backfill.
+    mode: ClassVar[str] = "greedy"
     tier_names: ClassVar[tuple[str, ...]] = ("queued",)
     placement: str = "first-fit"
     backfill_depth: int = 500  # jobs tested behind the reservation (Slurm's bf_max_job_test default)
@@ -96,6 +106,13 @@ class Policy:
         """True when nothing may pass this head job on GPUs it could use (starvation bound)."""
         return False
 
+    def reserve_mask(self, ranking: Ranking) -> npt.NDArray[np.bool_] | None:
+        """Easy mode: which jobs get a reservation when first not to fit (None: all, classic EASY).
+
+        A job outside the mask that does not fit is skipped, as in greedy mode.
+        """
+        return None
+
     def wake_at(self, snap: Snapshot) -> float | None:
         return None
 
@@ -106,9 +123,14 @@ class Policy:
 
     # --- the shared core --------------------------------------------------------------------------
     def rank(self, snap: Snapshot) -> Ranking:
-        tier, score, factors = self.scores(snap)
         p = snap.pending
-        order = np.lexsort((p.key, p.submit, -score, tier)) if len(p) else np.empty(0, dtype=np.int64)
+        if len(p) <= 1:
+            # One job (or none) has one order: scores are computed only if someone reads them (a head
+            # that does not fit, an explanation), as most simulator passes see a queue of one job.
+            order = _ORDER_ONE if len(p) else _NO_INTS
+            return Ranking.deferred(self.name, order, lambda: self.scores(snap), self.tier_names, p.job_id)
+        tier, score, factors = self.scores(snap)
+        order = np.lexsort((p.key, p.submit, -score, tier))
         return Ranking(self.name, order.astype(np.int64), score, tier, factors, self.tier_names, p.job_id)
 
     def decide(self, snap: Snapshot) -> Decision:
@@ -117,34 +139,63 @@ class Policy:
         p, view = snap.pending, snap.cluster
         if len(p) == 0:
             return Decision(did, snap.now, ranking=ranking, wake_at=self.wake_at(snap))
-        free, share = view.free.copy(), view.share.copy()
-        index = FreeIndex(free, share, view.rack, view.n_racks)
+        # The scratch free GPUs: the index copies the cluster's arrays on its first `take`, so a pass
+        # that starts only its last job (most simulator passes) copies nothing. Read them from the index.
+        index = FreeIndex(view.free, view.share, view.rack, view.n_racks, view.rack_free, copy_on_write=True)
         gpus, max_nodes = p.gpus, p.max_nodes
-        whole = np.where(gpus >= 1.0, np.ceil(gpus - 1e-9), 0).astype(np.int64)
-        milli = np.where((gpus > 0) & (gpus < 1.0), np.maximum(1, np.round(gpus * FULL_SHARE)), 0)
         starts: list[Start] = []
         taken: list[tuple[list[tuple[int, int]], int]] = []  # (gpus used, pending pos) in this pass
         reservation: Reservation | None = None
         order = ranking.order
-        has_frac = bool((milli > 0).any())
+        small = len(p) <= SMALL_QUEUE
+        preemptive = type(self).preemptions is not Policy.preemptions
+        # Plain lists: per-job numpy scalar reads dominate a pass that starts thousands of jobs, and
+        # a short queue is cheaper in plain Python than in a dozen numpy calls (same values either way).
+        mn_l, gpus_l = max_nodes.tolist(), gpus.tolist()
+        if small:
+            sizes = [gang_size(g) for g in gpus_l]
+            whole_l = [w for w, _ in sizes]
+            milli_l = [m for _, m in sizes]
+            whole = milli = _NO_INTS  # made from the lists only if the backfill phase needs them
+            has_frac = any(milli_l)
+        else:
+            whole = np.where(gpus >= 1.0, np.ceil(gpus - 1e-9), 0).astype(np.int64)
+            milli = np.where((gpus > 0) & (gpus < 1.0), np.maximum(1, np.round(gpus * FULL_SHARE)), 0)
+            milli = milli.astype(np.int64)
+            whole_l, milli_l = whole.tolist(), milli.tolist()
+            has_frac = bool((milli > 0).any())
+
+        any_multi = any(m > 1 for m in mn_l) if small else bool((max_nodes > 1).any())
 
         def limits() -> tuple[int, int, int]:
-            """Largest free node, free total, largest free share (only looked at with fractional jobs)."""
+            """Largest free node, free total (-1: not needed, no multi-node job), largest free share
+            (only looked at with fractional jobs)."""
             fm = index.max_free()
             # A whole free GPU is a full share; only without one is the largest partial share needed.
-            sm = FULL_SHARE if fm > 0 else (int(share.max(initial=0)) if has_frac else 0)
-            return fm, index.total, sm
+            sm = FULL_SHARE if fm > 0 else (int(index.share.max(initial=0)) if has_frac else 0)
+            return fm, index.total if any_multi else -1, sm
 
-        fmax, ftot, smax = limits()
-        if self.mode == "greedy":
-            # Free GPUs only shrink during a pass, so what cannot fit now is dropped in one step.
-            fits = np.where(whole > 0, whole <= np.where(max_nodes > 1, ftot, fmax), milli <= smax)
-            order = order[fits[order]]
-        i, n = 0, len(order)
+        # Easy mode: which jobs get a reservation when first not to fit (None: every one); the others
+        # are skipped. Asked for only when needed, so a queue of one that fits never computes scores.
+        rmask: npt.NDArray[np.bool_] | None = None
+        if small:
+            # A short queue tries each job in turn (`place` says when one cannot fit): the limits below
+            # only save work on long queues. The backfill phase, which counts its candidates, gets them.
+            fmax = ftot = smax = _UNLIMITED
+            order_l = order.tolist()
+        else:
+            fmax, ftot, smax = limits()
+            rmask = self.reserve_mask(ranking) if self.mode == "easy" else None
+            if self.mode == "greedy" or rmask is not None:
+                # Free GPUs only shrink during a pass, so what cannot fit now (and would only be
+                # skipped) is dropped in one step.
+                fits = np.where(whole > 0, whole <= np.where(max_nodes > 1, ftot, fmax), milli <= smax)
+                if rmask is not None:
+                    fits |= rmask
+                order = order[fits[order]]
+            order_l = order.tolist()
+        i, n = 0, len(order_l)
         strict = False
-        # Plain lists: per-job numpy scalar reads dominate a pass that starts thousands of jobs.
-        whole_l, milli_l, mn_l, gpus_l = whole.tolist(), milli.tolist(), max_nodes.tolist(), gpus.tolist()
-        order_l = order.tolist()
         # Phase 1: in rank order, start what fits until the first job that does not (or all, greedy).
         while i < n:
             pos = order_l[i]
@@ -153,31 +204,47 @@ class Policy:
             feasible = w <= (ftot if mn_l[pos] > 1 else fmax) if w > 0 else milli_l[pos] <= smax
             alloc = index.place(self.placement, gpus_l[pos], mn_l[pos]) if feasible else None
             if alloc is not None:
-                taken.append((index.take(alloc), pos))
                 starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc))
-                fmax, ftot, smax = limits()
-                if self.mode == "greedy" and smax <= 0 and not (milli[order[i:]] == 0).any():
+                if i >= n and not preemptive:
+                    break  # the last job in the order: nothing reads the scratch GPUs after it
+                taken.append((index.take(alloc), pos))
+                if i >= n:
                     break
+                if not small:
+                    fmax, ftot, smax = limits()
+                    if self.mode == "greedy" and smax <= 0 and not (milli[order[i:]] == 0).any():
+                        break
                 continue
+            if self.mode == "strict":
+                break
             if self.mode == "greedy":
                 continue
+            if small and rmask is None:
+                rmask = self.reserve_mask(ranking)
+            if rmask is not None and not rmask[pos]:
+                continue
             strict = self.strict_head(ranking, pos)
-            reservation, shadow, spare = self._reserve(snap, pos, whole[pos], free, share, taken)
+            reservation, shadow, spare = self._reserve(
+                snap, pos, whole_l[pos], index.free, index.share, taken
+            )
             if strict:
                 # A starved head: beyond GPUs it can never use, only a job whose *time limit* (a hard
                 # bound, never a prediction) ends before its planned start may backfill, so its wait
                 # stays bounded by max_wait + the time for GPUs to free + the longest such limit.
-                spare = np.where(view.node_gpus >= max(int(whole[pos]), 1), 0, free)
+                spare = np.where(view.node_gpus >= max(whole_l[pos], 1), 0, index.free)
                 if int(max_nodes[pos]) > 1:
-                    spare = np.zeros_like(free)
+                    spare = np.zeros_like(view.free)
                 if not math.isfinite(reservation.start):
                     shadow = -math.inf
             elif not math.isfinite(reservation.start):
-                spare = np.zeros_like(free)
+                spare = np.zeros_like(view.free)
             break
         # Phase 2: backfill behind the reservation (EASY): a job that ends before the reservation's start
         # may use any free GPU; one that would run past it only the GPUs the reservation will not need.
         if reservation is not None and self.mode == "easy":
+            if small:
+                whole, milli = np.array(whole_l, dtype=np.int64), np.array(milli_l, dtype=np.int64)
+                fmax, ftot, smax = limits()
             est = self.pending_estimate(snap)
             if strict:
                 est = np.where(np.isfinite(p.time_limit), p.time_limit, math.inf)
@@ -190,7 +257,7 @@ class Policy:
             room = np.where(before, np.where(multi, ftot, fmax), np.where(multi, sptot, spmax))
             ok = np.where(wc > 0, wc <= room, milli[cand] <= smax)
             for pos in cand[ok].tolist():
-                if tested >= self.backfill_depth or (ftot == 0 and smax <= 0):
+                if tested >= self.backfill_depth or (fmax == 0 and smax <= 0):  # no free GPU at all
                     break
                 tested += 1
                 ends_before = snap.now + est[pos] <= shadow
@@ -204,14 +271,14 @@ class Policy:
                 alloc = (
                     index.place(self.placement, gpus_l[pos], m)
                     if ends_before
-                    else place(self.placement, spare, share, view.rack, view.n_racks, gpus_l[pos], m)
+                    else place(self.placement, spare, index.share, view.rack, view.n_racks, gpus_l[pos], m)
                 )
                 if alloc is None:
                     continue
                 whole_taken = (
                     alloc.counts
                     if alloc.frac_gpu < 0
-                    else ((1,) if share[alloc.nodes[0], alloc.frac_gpu] == FULL_SHARE else (0,))
+                    else ((1,) if index.share[alloc.nodes[0], alloc.frac_gpu] == FULL_SHARE else (0,))
                 )
                 if not ends_before and any(
                     c > spare[nd] for nd, c in zip(alloc.nodes, whole_taken, strict=True)
@@ -219,13 +286,17 @@ class Policy:
                     continue
                 used = index.take(alloc)
                 for nd, c in zip(alloc.nodes, whole_taken, strict=True):
-                    spare[nd] = min(int(spare[nd]) - (0 if ends_before else c), int(free[nd]))
+                    spare[nd] = min(int(spare[nd]) - (0 if ends_before else c), int(index.free[nd]))
                 taken.append((used, pos))
                 starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc, backfill=True))
                 fmax, ftot, smax = limits()
                 spmax, sptot = int(spare.max(initial=0)), int(spare.sum())
-        started = {s.key for s in starts}
-        preempt, more = self.preemptions(snap, ranking, free, share, started)
+        if preemptive:
+            started = {s.key for s in starts}
+            free, share = index.writable()
+            preempt, more = self.preemptions(snap, ranking, free, share, started)
+        else:
+            preempt, more = [], []
         starts.extend(more)
         return Decision(
             did, snap.now, tuple(starts), tuple(preempt), reservation, self.wake_at(snap), ranking
@@ -277,7 +348,8 @@ class Policy:
             at_t = (rel <= t).sum(axis=1)
             spare = np.clip(np.minimum(free, at_t - need), 0, None)
             return Reservation(key, jid, t, (node,)), t, spare
-        times = np.unique(rel_sorted[np.isfinite(rel_sorted)])
+        flat = rel_sorted[np.isfinite(rel_sorted)]
+        times = _candidate_times(flat, rel_sorted, g, m)
         lo, hi = 0, len(times) - 1
         if hi < 0 or not placeable((rel <= times[hi]).sum(axis=1), share, g, m):
             return Reservation(key, jid, math.inf, ()), math.inf, np.zeros_like(free)
@@ -298,6 +370,24 @@ class Policy:
         return Reservation(key, jid, t, alloc.nodes if alloc else ()), t, spare
 
 
+def _candidate_times(flat: F64, rel_sorted: F64, g: int, m: int) -> F64:
+    """The sorted release times among which a multi-node head's reservation lies.
+
+    Not before the g-th GPU is released (fewer GPUs cannot hold it); not after m nodes each have
+    ceil(g / m) GPUs free (that holds it). Searching only between the two gives the same earliest time
+    as searching all release times, over far fewer of them.
+    """
+    c = -(-g // m)
+    n_nodes, per_node = rel_sorted.shape
+    if len(flat) < g or c > per_node or m > n_nodes:
+        return np.unique(flat)
+    low = np.partition(flat, g - 1)[g - 1]
+    high = np.partition(rel_sorted[:, c - 1], m - 1)[m - 1]
+    if not math.isfinite(float(high)):
+        return np.unique(flat)
+    return np.unique(flat[(flat >= low) & (flat <= high)])
+
+
 @lru_cache(maxsize=64)
 def _class_values(classes: tuple[str, ...], table: tuple[tuple[str, float], ...], default: float) -> F64:
     d = dict(table)
@@ -310,7 +400,7 @@ def _class_table(snap: Snapshot, table: dict[str, float], default: float) -> F64
     """Per pending job, the class's value (a scalar when the trace has a single class)."""
     if len(snap.classes) == 1:
         return table.get(snap.classes[0], default)
-    vals = _class_values(tuple(snap.classes), tuple(sorted(table.items())), default)
+    vals = _class_values(tuple(snap.classes), tuple(table.items()), default)
     return vals[snap.pending.klass]
 
 
@@ -324,13 +414,25 @@ def fairshare_of(snap: Snapshot, users: I64) -> F64:
 
 @dataclass(frozen=True)
 class Fifo(Policy):
-    """First come, first served; a job that does not fit is skipped, not waited for (as Helios's FIFO)."""
+    """First come, first served, strictly: the first job that does not fit waits and blocks the rest.
+
+    This is textbook FIFO and the Helios simulator's FIFO (no backfill); `fifo-skip` skips instead.
+    """
 
     name: ClassVar[str] = "fifo"
+    mode: ClassVar[str] = "strict"
 
     def scores(self, snap: Snapshot) -> tuple[I64, F64, dict[str, F64]]:
         p = snap.pending
         return np.zeros(len(p), np.int64), -p.submit, {"waited_h": (snap.now - p.submit) / HOUR}
+
+
+@dataclass(frozen=True)
+class FifoSkip(Fifo):
+    """Submit order, but a job that does not fit is skipped, not waited for (backfill without reservation)."""
+
+    name: ClassVar[str] = "fifo-skip"
+    mode: ClassVar[str] = "greedy"
 
 
 @dataclass(frozen=True)
@@ -339,6 +441,7 @@ class SjfOracle(Policy):
 
     name: ClassVar[str] = "sjf-oracle"
     oracle: ClassVar[bool] = True
+    mode: ClassVar[str] = "strict"  # as the Helios simulator's SJF
 
     def scores(self, snap: Snapshot) -> tuple[I64, F64, dict[str, F64]]:
         p = snap.pending
@@ -358,6 +461,7 @@ class Qssf(Policy):
     """Helios's quasi-shortest-service-first: smallest predicted runtime x GPUs first."""
 
     name: ClassVar[str] = "qssf"
+    mode: ClassVar[str] = "strict"  # as the Helios simulator's QSSF
 
     def scores(self, snap: Snapshot) -> tuple[I64, F64, dict[str, F64]]:
         p = snap.pending
@@ -522,27 +626,42 @@ class Impact(Policy):
     max_wait_s: dict[str, float] = field(default_factory=lambda: dict(CLASS_MAX_WAIT))
     hold_after: int = 3
     fairshare_power: float = 1.0  # fairshare ** power: 1 is Slurm's factor, 0 turns fair share off
+    # Which head gets a reservation: "starved" (only a job past max_wait; a normal job that does not
+    # fit is skipped) or "head" (DESIGN.md's classic EASY: whatever job first does not fit).
+    # docs/policies.md has the measurements behind the default.
+    reserve: str = "starved"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.reserve not in ("starved", "head"):
+            raise ValueError(f"reserve must be 'starved' or 'head', not {self.reserve!r}")
+
+    def inputs(self, snap: Snapshot) -> tuple[F64, F64, F64]:
+        """(p, R, F) per pending job: the predictions."""
+        p = snap.pending
+        return p.p_success, p.runtime, p.time_to_failure
 
     def _max_wait(self, snap: Snapshot) -> F64 | float:
         return _class_table(snap, self.max_wait_s, self.max_wait_s.get("normal", DAY))
 
     def scores(self, snap: Snapshot) -> tuple[I64, F64, dict[str, F64]]:
         p = snap.pending
+        ps, rt, ttf = self.inputs(snap)
         w = _class_table(snap, self.class_weight, 1.0)
-        r = np.fmin(p.runtime, p.time_limit)  # fmin ignores a NaN (no limit)
-        f = np.fmin(p.time_to_failure, p.time_limit)
-        c = np.maximum(p.gpus, 1e-3) * (p.p_success * r + (1 - p.p_success) * f) / HOUR
+        r = np.fmin(rt, p.time_limit)  # fmin ignores a NaN (no limit)
+        f = np.fmin(ttf, p.time_limit)
+        c = np.maximum(p.gpus, 1e-3) * (ps * r + (1 - ps) * f) / HOUR
         fs = fairshare_of(snap, p.user)
         if self.fairshare_power != 1.0:
             fs = fs**self.fairshare_power
-        score = w * p.p_success / np.maximum(c, 1e-6) * fs
+        score = w * ps / np.maximum(c, 1e-6) * fs
         deadline = p.submit + self._max_wait(snap)
         starved = deadline <= snap.now
         held = p.fail_streak >= self.hold_after
         tier = np.where(starved, 0, np.where(held, 2, 1)).astype(np.int64)
         score = np.where(starved, -deadline, score)
         factors = {
-            "p": p.p_success,
+            "p": ps,
             "R_h": r / HOUR,
             "F_h": f / HOUR,
             "c_gpu_h": c,
@@ -553,11 +672,13 @@ class Impact(Policy):
         return tier, score, factors
 
     def pending_estimate(self, snap: Snapshot) -> F64:
-        p = snap.pending
-        return np.fmin(p.runtime, p.time_limit)
+        return np.fmin(self.inputs(snap)[1], snap.pending.time_limit)
 
     def strict_head(self, ranking: Ranking, pos: int) -> bool:
         return int(ranking.tier[pos]) == 0
+
+    def reserve_mask(self, ranking: Ranking) -> npt.NDArray[np.bool_] | None:
+        return None if self.reserve == "head" else np.asarray(ranking.tier == 0)
 
     def wake_at(self, snap: Snapshot) -> float | None:
         p = snap.pending
@@ -568,7 +689,24 @@ class Impact(Policy):
         return float(future.min()) if len(future) else None
 
 
-POLICIES: dict[str, type[Policy]] = {c.name: c for c in (Fifo, SjfOracle, Qssf, Las, Multifactor, Impact)}
+@dataclass(frozen=True)
+class ImpactOracle(Impact):
+    """Impact given the truth (outcome and runtime) instead of predictions: what perfect predictions
+    would be worth on this trace. An oracle: no real scheduler can run it."""
+
+    name: ClassVar[str] = "impact-oracle"
+    oracle: ClassVar[bool] = True
+
+    def inputs(self, snap: Snapshot) -> tuple[F64, F64, F64]:
+        p = snap.pending
+        if p.oracle_runtime is None or p.oracle_success is None:
+            raise ValueError("impact-oracle needs the true runtimes and outcomes in the snapshot")
+        return p.oracle_success.astype(np.float64), p.oracle_runtime, p.oracle_runtime
+
+
+POLICIES: dict[str, type[Policy]] = {
+    c.name: c for c in (Fifo, FifoSkip, SjfOracle, Qssf, Las, Multifactor, Impact, ImpactOracle)
+}
 
 
 def get_policy(name: str, placement: str | None = None, **knobs: object) -> Policy:

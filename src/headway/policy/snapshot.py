@@ -7,7 +7,7 @@ true runtime or outcome, except `PendingJobs.oracle_runtime`, which only an `*-o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,6 +40,7 @@ class PendingJobs:
     last_stop: F64  # when it last entered the queue (submit, or its preemption time)
     fail_streak: I64  # failures in a row of the same user+name, ended before now, no success since
     oracle_runtime: F64 | None = None  # true runtimes: only for policies named `*-oracle`
+    oracle_success: npt.NDArray[np.bool_] | None = None  # true outcomes (COMPLETED): the same
 
     def __len__(self) -> int:
         return len(self.key)
@@ -75,6 +76,9 @@ class ClusterView:
     node_gpus: I64  # [node] GPUs on the node
     rack: I64  # [node] rack (switch) index
     n_racks: int
+    # [rack] whole free GPUs, kept current by a caller that updates it in place (the simulator): saves a
+    # policy pass the bincount over every node. None: the policy computes it.
+    rack_free: I64 | None = None
 
     @property
     def capacity(self) -> float:
@@ -128,17 +132,78 @@ class Reservation:
     nodes: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
 class Ranking:
-    """Every pending job's place in the order, with the factors behind its score."""
+    """Every pending job's place in the order, with the factors behind its score.
 
-    policy: str
-    order: I64  # pending positions, best first
-    score: F64  # per pending position (higher runs first within a tier)
-    tier: I64  # per pending position (0 first): e.g. starved / normal / held
-    factors: dict[str, F64]  # per pending position
-    tier_names: tuple[str, ...]
-    job_id: npt.NDArray[np.object_]
+    `score`, `tier` and `factors` may be computed on first use (`Ranking.deferred`): a pass over a queue
+    of one job needs no score to know its order, and most simulator passes are such passes.
+    """
+
+    __slots__ = ("_compute", "_factors", "_score", "_tier", "job_id", "order", "policy", "tier_names")
+
+    def __init__(
+        self,
+        policy: str,
+        order: I64,
+        score: F64,
+        tier: I64,
+        factors: dict[str, F64],
+        tier_names: tuple[str, ...],
+        job_id: npt.NDArray[np.object_],
+    ) -> None:
+        self.policy = policy
+        self.order = order  # pending positions, best first
+        self._score: F64 | None = score  # per pending position (higher runs first within a tier)
+        self._tier: I64 | None = tier  # per pending position (0 first): e.g. starved / normal / held
+        self._factors: dict[str, F64] | None = factors  # per pending position
+        self._compute: Callable[[], tuple[I64, F64, dict[str, F64]]] | None = None
+        self.tier_names = tier_names
+        self.job_id = job_id
+
+    @classmethod
+    def deferred(
+        cls,
+        policy: str,
+        order: I64,
+        compute: Callable[[], tuple[I64, F64, dict[str, F64]]],
+        tier_names: tuple[str, ...],
+        job_id: npt.NDArray[np.object_],
+    ) -> Ranking:
+        """A ranking whose order is known without scores; `compute()` gives (tier, score, factors)."""
+        r = cls.__new__(cls)
+        r.policy, r.order, r.tier_names, r.job_id = policy, order, tier_names, job_id
+        r._score = r._tier = r._factors = None
+        r._compute = compute
+        return r
+
+    def _fill(self) -> None:
+        assert self._compute is not None
+        self._tier, self._score, self._factors = self._compute()
+        self._compute = None
+
+    @property
+    def score(self) -> F64:
+        if self._score is None:
+            self._fill()
+        assert self._score is not None
+        return self._score
+
+    @property
+    def tier(self) -> I64:
+        if self._tier is None:
+            self._fill()
+        assert self._tier is not None
+        return self._tier
+
+    @property
+    def factors(self) -> dict[str, F64]:
+        if self._factors is None:
+            self._fill()
+        assert self._factors is not None
+        return self._factors
+
+    def __repr__(self) -> str:
+        return f"Ranking({self.policy!r}, {len(self.order)} jobs)"
 
     def rank_of(self) -> I64:
         """Per pending position, its 0-based rank."""

@@ -24,12 +24,22 @@ import pyarrow as pa
 
 from headway.policy.placement import placeable
 from headway.policy.policies import Policy
-from headway.policy.snapshot import F64, FULL_SHARE, I64, Decision, PendingJobs, RunningJobs, Snapshot
+from headway.policy.snapshot import (
+    F64,
+    FULL_SHARE,
+    I64,
+    ClusterView,
+    Decision,
+    PendingJobs,
+    RunningJobs,
+    Snapshot,
+)
 from headway.predict.api import EndedJob, OnlinePredictor, SubmittedJob
 from headway.schema import State
 from headway.sim.cluster import Cluster
 from headway.sim.result import JOB_COLUMNS, TIMELINE_COLUMNS, SimResult, WaitRecord
 
+_DONE = State.COMPLETED.value  # the one final state that counts as success (oracle outcome)
 END, ARRIVAL, PASS = 0, 1, 2  # same-instant order: ends, then arrivals, then the scheduling pass
 DAY = 86400.0
 _WASTE = {State.FAILED.value, State.TIMEOUT.value, State.OUT_OF_MEMORY.value, State.NODE_FAIL.value}
@@ -75,6 +85,9 @@ class EngineOptions:
     progress: Callable[[int, int], None] | None = None
     validate: bool = False  # check cluster invariants after every change (tests)
     log_decisions: bool = False
+    # Without the shortcuts (snapshot copies, no kept rack totals, vector predictions): tests compare
+    # both ways, which must give identical results.
+    reference: bool = False
 
 
 class _Set:
@@ -89,6 +102,10 @@ class _Set:
         self.sources = sources
         self.cols = {name: np.empty(size, dtype=src.dtype) for name, src in sources.items()}
         self._pairs = [(self.cols[name], src) for name, src in sources.items()]
+        # Read-only views of the whole buffers, made once: their slices are read-only too, so a snapshot
+        # costs one slice per column.
+        self.ro = {name: _ro(buf) for name, buf in self.cols.items()}
+        self.ro_keys = _ro(self.keys)
 
     def add(self, key: int) -> int:
         i = self.n
@@ -123,13 +140,34 @@ class _Set:
     def view(self) -> I64:
         return self.keys[: self.n]
 
-    def col(self, name: str, copy: bool = False) -> np.ndarray:
-        """Column slice: a read-only view (valid until the set changes), or a copy."""
-        v = self.cols[name][: self.n]
-        if copy:
-            return v.copy()
-        v.setflags(write=False)
-        return v
+
+def _pending(
+    keys: I64,
+    cols: list[np.ndarray],
+    streak: I64,
+    oracle: F64 | None,
+    oracle_ok: npt.NDArray[np.bool_] | None,
+) -> PendingJobs:
+    """PendingJobs from the columns in the engine's order (see `snapshot` in Engine.run)."""
+    job_id, user, klass, submit, gpus, max_nodes, limit, p, rt, rt90, ttf, attained, last_stop = cols
+    return PendingJobs(
+        keys, job_id, user, klass, submit, gpus, max_nodes, limit, p, rt, rt90, ttf, attained, last_stop,
+        streak, oracle, oracle_ok,
+    )  # fmt: skip
+
+
+def _running(keys: I64, cols: list[np.ndarray], preemptible: npt.NDArray[np.bool_]) -> RunningJobs:
+    job_id, user, klass, gpus, start, limit, rt, rt90, attained = cols
+    return RunningJobs(keys, job_id, user, klass, gpus, start, limit, rt, rt90, attained, preemptible)
+
+
+def _ints(a: np.ndarray) -> array[int]:
+    return array("q", a.astype(np.int64).tobytes())
+
+
+def _at_least_1(x: float) -> float:
+    """`np.maximum(x, 1.0)` on one float (NaN stays NaN)."""
+    return x if x >= 1.0 or x != x else 1.0
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
@@ -158,6 +196,11 @@ class Engine:
         milli = milli.astype(np.int64)
         need_nodes = np.where(max_gpn > 0, np.ceil(whole / max(max_gpn, 1)), 1).astype(np.int64)
         max_nodes = np.maximum(np.maximum(J.nodes, 1), need_nodes)
+        # Compact copies for per-job reads in the event loop (an array item is a plain int or float,
+        # several times cheaper to read than a numpy scalar).
+        whole_a, milli_a, mnodes_a = _ints(whole), _ints(milli), _ints(max_nodes)
+        user_a, gpus_a = _ints(J.user), array("d", J.gpus.astype(np.float64).tobytes())
+        submit = array("d", J.submit.astype(np.float64).tobytes())
         # Per-job mutable state.
         p_succ = np.full(n, np.nan)
         r_pred = np.full(n, np.nan)
@@ -165,13 +208,17 @@ class Engine:
         ttf = np.full(n, np.nan)
         p_first = np.full(n, np.nan)
         r_first = np.full(n, np.nan)
-        first_start = np.full(n, np.nan)
-        end_t = np.full(n, np.nan)
+        # Per-job scalars the event loop reads and writes one at a time: `array` items are plain floats
+        # and ints, several times cheaper than numpy scalars.
+        first_start, end_t = array("d", bytes(8 * n)), array("d", bytes(8 * n))
+        for buf in (first_start, end_t):
+            np.frombuffer(buf, dtype=np.float64)[:] = np.nan
         run_start = np.zeros(n)
-        remaining = T.runtime.astype(np.float64).copy()
+        remaining = array("d", T.runtime.astype(np.float64).tobytes())
+        runtime_a = array("d", T.runtime.astype(np.float64).tobytes())
         attained = np.zeros(n)
         last_stop = J.submit.astype(np.float64).copy()
-        epoch = np.zeros(n, dtype=np.int64)
+        epoch = array("q", bytes(8 * n))
         preemptions = np.zeros(n, dtype=np.int64)
         restarts = np.zeros(n, dtype=np.int64)
         nodes_used = np.zeros(n, dtype=np.int64)
@@ -196,7 +243,7 @@ class Engine:
                 "attained": attained,
                 "last_stop": last_stop,
                 "name_key": J.name_key,
-                **({"oracle": T.runtime} if pol.oracle else {}),
+                **({"oracle": T.runtime, "oracle_ok": T.state == _DONE} if pol.oracle else {}),
             },
         )
         runb = _Set(
@@ -220,6 +267,7 @@ class Engine:
         rate = np.zeros(n_users)
         seen_user = np.zeros(n_users, dtype=bool)
         shares = np.zeros(n_users)
+        tmp_users = np.zeros(n_users)
         lam = math.log(2) / self.opts.usage_half_life_s
         t_usage = 0.0
         explain_keys = (
@@ -243,26 +291,42 @@ class Engine:
         prog_step = max(n // 200, 1)
         reported = 0
         ep0 = J.epoch0
+        ref = self.opts.reference
+
+        subs: dict[int, SubmittedJob] = {}  # made at arrival, reused at the job's end
 
         def submitted(k: int) -> SubmittedJob:
-            tl_ = J.time_limit[k]
-            return SubmittedJob(
+            sj = subs.get(k)
+            if sj is not None:
+                return sj
+            tl_ = float(J.time_limit[k])
+            sj = subs[k] = SubmittedJob(
                 str(J.job_id[k]),
-                J.users[J.user[k]],
+                J.users[user_a[k]],
                 J.group[k],
                 J.name[k],
                 J.partition[k],
                 J.classes[J.klass[k]],
-                ep0 + float(J.submit[k]),
-                float(J.gpus[k]),
+                ep0 + submit[k],
+                gpus_a[k],
                 int(J.nodes[k]),
-                None if math.isnan(tl_) else float(tl_),
+                None if math.isnan(tl_) else tl_,
             )
+            return sj
 
         def predict(keys: list[int], now: float) -> None:
             if not keys:
                 return
             pr = self.predictor.predict([submitted(k) for k in keys], ep0 + now)
+            if len(keys) == 1 and not ref:  # the usual arrival: scalar arithmetic equal to the vector form
+                k = keys[0]
+                p, r = float(pr.p_success[0]), _at_least_1(float(pr.runtime[0]))
+                p_succ[k] = p if 0.0 <= p <= 1.0 or p != p else (0.0 if p < 0.0 else 1.0)
+                r_pred[k] = r
+                r90 = float(pr.runtime_p90[0])
+                r_p90[k] = r90 if r90 >= r or r90 != r90 else r
+                ttf[k] = _at_least_1(float(pr.time_to_failure[0]))
+                return
             idx = np.asarray(keys, dtype=np.int64)
             p_succ[idx] = np.clip(pr.p_success, 0.0, 1.0)
             r_pred[idx] = np.maximum(pr.runtime, 1.0)
@@ -271,24 +335,28 @@ class Engine:
 
         def add_pending(k: int) -> None:
             pend.add(k)
-            if whole[k]:
-                pend_sizes[(int(whole[k]), int(max_nodes[k]))] += 1
-            elif milli[k]:
-                pend_milli[int(milli[k])] += 1
+            w = whole_a[k]
+            if w:
+                pend_sizes[(w, mnodes_a[k])] += 1
             else:
-                pend_milli[0] += 1  # CPU-only: always startable
+                pend_milli[milli_a[k]] += 1  # 0: CPU-only, always startable
 
         def drop_pending(k: int) -> None:
             pend.remove(k)
-            if whole[k]:
-                key_ = (int(whole[k]), int(max_nodes[k]))
-                pend_sizes[key_] -= 1
-                if not pend_sizes[key_]:
+            w = whole_a[k]
+            if w:
+                key_ = (w, mnodes_a[k])
+                c = pend_sizes[key_] - 1
+                if c:
+                    pend_sizes[key_] = c
+                else:
                     del pend_sizes[key_]
             else:
-                mk = int(milli[k])
-                pend_milli[mk] -= 1
-                if not pend_milli[mk]:
+                mk = milli_a[k]
+                c = pend_milli[mk] - 1
+                if c:
+                    pend_milli[mk] = c
+                else:
                     del pend_milli[mk]
 
         def advance_usage(now: float) -> None:
@@ -296,7 +364,10 @@ class Engine:
             dt = now - t_usage
             if dt > 0:
                 d = math.exp(-lam * dt)
-                usage[:] = usage * d + rate * ((1.0 - d) / lam)
+                # usage * d + rate * (1 - d) / lam, in place (the same float operations, no temporaries)
+                np.multiply(usage, d, out=usage)
+                np.multiply(rate, (1.0 - d) / lam, out=tmp_users)
+                np.add(usage, tmp_users, out=usage)
                 t_usage = now
 
         def stop_running(k: int, now: float) -> None:
@@ -304,10 +375,45 @@ class Engine:
             if moved >= 0:
                 C.move_holder(used_gpus[moved], int(runb.pos[moved]))
             used = used_gpus.pop(k)
-            C.release(used, int(milli[k]) if whole[k] == 0 else 0)
-            g = float(J.gpus[k])
-            rate[J.user[k]] -= g
+            frac = milli_a[k] if whole_a[k] == 0 else 0
+            if frac:
+                nd = used[0][0]
+                C.release(used, frac)
+                node_free(nd, int(C.free[nd]))
+            else:
+                C.release(used, 0)
+                for nd, _ in used:
+                    node_free(nd, free_l[nd] + 1)
+            g = gpus_a[k]
+            rate[user_a[k]] -= g
             attained[k] += g * (now - run_start[k])
+
+        # Free GPUs per rack, kept current here so a pass does not recount them (ClusterView.rack_free).
+        rack_free = np.bincount(C.rack, weights=C.free, minlength=C.n_racks).astype(np.int64)
+        rack_of: list[int] = C.rack.tolist()
+        # Whole free GPUs per node as plain ints, how many nodes have each count, and the total: kept
+        # with `rack_free` so the cheap tests below need no pass over the cluster's arrays.
+        free_l: list[int] = C.free.tolist()
+        free_hist = [0] * (C.spec.max_node_gpus + 1)
+        for f in free_l:
+            free_hist[f] += 1
+        free_tot = sum(free_l)
+
+        def node_free(nd: int, now_free: int) -> None:
+            """Node `nd` has `now_free` whole free GPUs now (after an allocate or release)."""
+            nonlocal free_tot
+            was = free_l[nd]
+            free_l[nd] = now_free
+            free_hist[was] -= 1
+            free_hist[now_free] += 1
+            free_tot += now_free - was
+            rack_free[rack_of[nd]] += now_free - was
+
+        def max_free() -> int:
+            f = len(free_hist) - 1
+            while f > 0 and not free_hist[f]:
+                f -= 1
+            return f
 
         def could_start() -> bool:
             """Cheap test: can any pending job be placed on the free GPUs at all?"""
@@ -315,15 +421,18 @@ class Engine:
                 return True
             if not pend_sizes:
                 return False
-            fmax = int(C.free.max())
-            ftot = int(C.free.sum()) if fmax else 0
-            return any(w <= fmax or (m > 1 and w <= ftot) for w, m in pend_sizes)
+            fmax = max_free()
+            if any(w <= fmax for w, _ in pend_sizes):
+                return True
+            if not fmax:
+                return False
+            return any(m > 1 and w <= free_tot for w, m in pend_sizes)
 
         def frag_now() -> float:
             free_total = C.free_gpus
             if free_total <= 0 or pend.n == 0:
                 return 0.0
-            ftot = int(C.free.sum())
+            ftot = free_tot
             for w, m in pend_sizes:
                 if w <= ftot and not placeable(C.free, C.share, float(w), m):
                     return free_total
@@ -336,49 +445,45 @@ class Engine:
             return 0.0
 
         ro_users = _ro(shares)
-        cview = C.view()
+        preemptible = _ro(np.ones(max(n, 1), dtype=bool))
+        cv = C.view()
+        cview = ClusterView(
+            cv.share, cv.free, cv.owner, cv.node_gpus, cv.rack, cv.n_racks, None if ref else _ro(rack_free)
+        )
+
+        p_cols: tuple[str, ...] = ("job_id", "user", "klass", "submit", "gpus", "max_nodes", "time_limit")
+        p_cols += ("p_success", "runtime", "runtime_p90", "time_to_failure", "attained", "last_stop")
+        r_cols: tuple[str, ...] = ("job_id", "user", "klass", "gpus", "start", "time_limit", "runtime")
+        r_cols += ("runtime_p90", "attained")
+        copies = self.opts.log_decisions or ref  # logged Decisions keep their rankings: give them copies
+        p_src = [pend.cols[c] if copies else pend.ro[c] for c in p_cols]
+        r_src = [runb.cols[c] if copies else runb.ro[c] for c in r_cols]
+        p_keys, r_keys = (pend.keys, runb.keys) if copies else (pend.ro_keys, runb.ro_keys)
+        p_oracle = (pend.cols if copies else pend.ro)["oracle"] if pol.oracle else None
+        p_oracle_ok = (pend.cols if copies else pend.ro)["oracle_ok"] if pol.oracle else None
+        p_name_key = pend.cols["name_key"]
 
         def snapshot(now: float) -> Snapshot:
-            # Columns are fresh copies of contiguous slices; views of live state are read-only.
-            keep = self.opts.log_decisions  # logged Decisions keep their rankings: give them copies
-
-            def c(name: str) -> np.ndarray:
-                return pend.col(name, keep)
-
-            def r(name: str) -> np.ndarray:
-                return runb.col(name, keep)
-
-            pending = PendingJobs(
-                pend.keys[: pend.n].copy(),
-                c("job_id"),
-                c("user"),
-                c("klass"),
-                c("submit"),
-                c("gpus"),
-                c("max_nodes"),
-                c("time_limit"),
-                c("p_success"),
-                c("runtime"),
-                c("runtime_p90"),
-                c("time_to_failure"),
-                c("attained"),
-                c("last_stop"),
-                streak[pend.cols["name_key"][: pend.n]],
-                c("oracle") if pol.oracle else None,
-            )
-            running = RunningJobs(
-                runb.keys[: runb.n].copy(),
-                r("job_id"),
-                r("user"),
-                r("klass"),
-                r("gpus"),
-                r("start"),
-                r("time_limit"),
-                r("runtime"),
-                r("runtime_p90"),
-                r("attained"),
-                np.ones(runb.n, dtype=bool),
-            )
+            """Read-only slices of the live columns (valid while the policy runs), or copies."""
+            m, k = pend.n, runb.n
+            if copies:
+                pending = _pending(
+                    p_keys[:m].copy(),
+                    [a[:m].copy() for a in p_src],
+                    streak[p_name_key[:m]],
+                    None if p_oracle is None else p_oracle[:m].copy(),
+                    None if p_oracle_ok is None else p_oracle_ok[:m].copy(),
+                )
+                running = _running(r_keys[:k].copy(), [a[:k].copy() for a in r_src], preemptible[:k])
+            else:
+                pending = _pending(
+                    p_keys[:m],
+                    [a[:m] for a in p_src],
+                    streak[p_name_key[:m]],
+                    None if p_oracle is None else p_oracle[:m],
+                    None if p_oracle_ok is None else p_oracle_ok[:m],
+                )
+                running = _running(r_keys[:k], [a[:k] for a in r_src], preemptible[:k])
             return Snapshot(now, passes, pending, running, cview, J.users, J.classes, usage.copy(), ro_users)
 
         def apply(dec: Decision, now: float) -> None:
@@ -386,7 +491,7 @@ class Engine:
             for key in dec.preempt:
                 stop_running(key, now)
                 remaining[key] = max(end_t[key] - now, 0.0)
-                end_t[key] = np.nan
+                end_t[key] = math.nan
                 epoch[key] += 1
                 preemptions[key] += 1
                 last_stop[key] = now
@@ -396,27 +501,37 @@ class Engine:
                 drop_pending(k)
                 run_start[k] = now
                 slot = runb.add(k)
-                used_gpus[k] = C.allocate(s.alloc, slot)
+                al = s.alloc
+                used_gpus[k] = C.allocate(al, slot)
+                if al.frac_gpu >= 0:
+                    node_free(al.nodes[0], int(C.free[al.nodes[0]]))
+                else:
+                    for nd, c in zip(al.nodes, al.counts, strict=True):
+                        node_free(nd, free_l[nd] - c)
                 if math.isnan(first_start[k]):
                     first_start[k] = now
                     nodes_used[k] = s.alloc.n_nodes
-                    racks_used[k] = len({int(C.rack[nd]) for nd in s.alloc.nodes})
+                    racks_used[k] = len({rack_of[nd] for nd in al.nodes})
                 else:
                     restarts[k] += 1
                     remaining[k] += pol.restart_penalty_s
-                run_start[k] = now
-                rate[J.user[k]] += float(J.gpus[k])
-                end_t[k] = now + remaining[k]
+                rate[user_a[k]] += gpus_a[k]
+                e = end_t[k] = now + remaining[k]
                 seq += 1
-                heapq.heappush(heap, (float(end_t[k]), END, seq, k, int(epoch[k])))
+                heapq.heappush(heap, (e, END, seq, k, epoch[k]))
             if dec.wake_at is not None and dec.wake_at > now:
                 seq += 1
                 heapq.heappush(heap, (dec.wake_at, PASS, seq, -1, 0))
 
-        submit = J.submit
+        name_key_a = _ints(J.name_key)
+        observe_end = self.predictor.observe_end
+        COMPLETED = State.COMPLETED.value
+        tl_now, tl_busy, tl_free, tl_pend, tl_run, tl_frag, tl_done, tl_good = (
+            tl[c].append for c in TIMELINE_COLUMNS
+        )
         while True:
             t_heap = heap[0][0] if heap else math.inf
-            t_arr = float(submit[nxt]) if nxt < n else math.inf
+            t_arr = submit[nxt] if nxt < n else math.inf
             now = min(t_heap, t_arr)
             if now == math.inf:
                 break
@@ -431,23 +546,22 @@ class Engine:
                 advance_usage(now)
                 stop_running(k, now)
                 state = str(T.state[k])
-                nk = J.name_key[k]
-                if state == State.COMPLETED.value:
+                nk = name_key_a[k]
+                if state == COMPLETED:
                     completed += 1
-                    goodput += float(J.gpus[k]) * float(T.runtime[k]) / 3600.0
+                    goodput += gpus_a[k] * runtime_a[k] / 3600.0
                     if nk >= 0:
                         streak[nk] = 0
                 elif state in _WASTE and nk >= 0:
                     streak[nk] += 1
-                self.predictor.observe_end(
-                    EndedJob(submitted(k), ep0 + float(first_start[k]), ep0 + now, state)
-                )
+                observe_end(EndedJob(submitted(k), ep0 + first_start[k], ep0 + now, state))
+                del subs[k]
                 done += 1
                 changed = True
             # 2. arrivals at `now`
             while nxt < n and submit[nxt] == now:
                 arrivals.append(nxt)
-                u = int(J.user[nxt])
+                u = user_a[nxt]
                 if not seen_user[u]:
                     seen_user[u] = True
                     shares[seen_user] = 1.0 / int(seen_user.sum())
@@ -487,12 +601,16 @@ class Engine:
                 dec = pol.decide(snap)
                 passes += 1
                 if self.opts.log_decisions:
+                    if dec.ranking is not None:
+                        dec.ranking.score  # noqa: B018 - a deferred ranking reads the snapshot: read it now
                     decisions.append(dec)
                 if explain_keys and dec.ranking is not None:
                     self._explain(snap, dec, explain_keys, explain)
                 apply(dec, now)
                 if self.opts.validate:
                     C.validate()
+                    assert (rack_free == np.bincount(C.rack, weights=C.free, minlength=C.n_racks)).all()
+                    assert free_l == C.free.tolist() and free_tot == int(C.free.sum())
             elif pend.n and has_wake and (arrivals or woke):
                 # No pass, but the policy may want one later (a starvation deadline): only new jobs or
                 # a spent wake-up can move its earliest request, as the queue otherwise only shrinks.
@@ -502,13 +620,15 @@ class Engine:
                     seq += 1
                     heapq.heappush(heap, (w, PASS, seq, -1, 0))
             frag = frag_now()
-            free = C.free_gpus
-            for c, v in zip(
-                TIMELINE_COLUMNS,
-                (now, C.busy, free, pend.n, runb.n, frag, completed, goodput),
-                strict=True,
-            ):
-                tl[c].append(float(v))
+            busy = C.busy
+            tl_now(now)
+            tl_busy(float(busy))
+            tl_free(C.capacity - busy)  # Cluster.free_gpus
+            tl_pend(float(pend.n))
+            tl_run(float(runb.n))
+            tl_frag(float(frag))
+            tl_done(float(completed))
+            tl_good(goodput)
             if progress is not None and done - reported >= prog_step:
                 reported = done
                 progress(done, n)
@@ -524,8 +644,8 @@ class Engine:
                 "nodes_used": pa.array(nodes_used, pa.int64()),
                 "racks_used": pa.array(racks_used, pa.int64()),
                 "submit": pa.array(J.submit, pa.float64()),
-                "start": pa.array(first_start, pa.float64(), from_pandas=True),
-                "end": pa.array(end_t, pa.float64(), from_pandas=True),
+                "start": pa.array(np.frombuffer(first_start), pa.float64(), from_pandas=True),
+                "end": pa.array(np.frombuffer(end_t), pa.float64(), from_pandas=True),
                 "runtime": pa.array(T.runtime, pa.float64()),
                 "state": pa.array(T.state.tolist(), pa.string()),
                 "preemptions": pa.array(preemptions, pa.int64()),
