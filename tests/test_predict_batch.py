@@ -108,3 +108,69 @@ def test_online_batch_predictions_equal_one_job_at_a_time() -> None:
     for field in ("p_success", "runtime", "runtime_p90", "time_to_failure"):
         one_by_one = np.concatenate([getattr(s, field) for s in single])
         np.testing.assert_array_equal(getattr(whole, field), one_by_one)
+
+
+def test_batch_rows_stay_equal_to_one_by_one_rows_as_jobs_end_between_batches() -> None:
+    """Each key's part is kept between batches and recomputed only when that key ends: interleaving
+    ends (of known and brand-new keys) with batches must still give `row`'s numbers."""
+    rng = np.random.default_rng(9)
+    st = _state_with_history(7)
+    other = copy.deepcopy(st)
+    t = 400 * 300.0
+    for k in range(6):
+        jobs = _batch(500 + k, 120, t)
+        one = np.array([st.row(*j) for j in jobs], dtype=np.float64)
+        users, groups, names, gpus, ts = (list(c) for c in zip(*jobs, strict=True))
+        np.testing.assert_array_equal(one, other.rows(users, groups, names, gpus, ts))
+        t = ts[-1] + 10.0
+        for _ in range(40):  # ends in between, some of keys no batch has seen yet
+            t += float(rng.exponential(100.0))
+            end = (
+                [None, "a", "b", "new1", f"fresh{k}"][int(rng.integers(0, 5))],
+                [None, "g1", "g3", f"g{k + 10}"][int(rng.integers(0, 4))],
+                [None, "x", "z", f"n{k}"][int(rng.integers(0, 4))],
+                float(rng.choice([1.0, 2.0, 16.0, 32.0])),
+                t - float(rng.exponential(900.0)),
+                t,
+                ["COMPLETED", "FAILED"][int(rng.integers(0, 2))],
+            )
+            st.observe_end(*end)
+            other.observe_end(*end)
+        t += 1.0
+
+
+def test_batch_rows_of_a_burst_take_the_quick_submission_count_and_equal_one_by_one() -> None:
+    """A burst (every job within minutes): submission counts come from queue lengths, not queue reads."""
+    import headway.predict.features as features
+
+    taken = []
+    real = features._count_submits_quick
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        r = real(*args)
+        taken.append(r is not None)
+        return r
+
+    for seed in range(3):
+        st = _state_with_history(seed)
+        other = copy.deepcopy(st)
+        rng = np.random.default_rng(seed)
+        t = 400 * 300.0 + 10.0
+        for _ in range(3):  # three bursts in a row: the later ones see the earlier ones queued
+            jobs = []
+            for _ in range(150):
+                t += float(rng.choice([0.0, 0.0, 5.0]))
+                user = [None, "a", "b", "c", "d", "new1"][int(rng.integers(0, 6))]
+                jobs.append((user, None, ["x", None][int(rng.integers(0, 2))], 1.0, t))
+            one = np.array([st.row(*j) for j in jobs], dtype=np.float64)
+            users, groups, names, gpus, ts = (list(c) for c in zip(*jobs, strict=True))
+            features._count_submits_quick = spy
+            try:
+                many = other.rows(users, groups, names, gpus, ts)
+            finally:
+                features._count_submits_quick = real
+            np.testing.assert_array_equal(one, many)
+            assert {u: list(s.submits) for u, s in st.users.items()} == {
+                u: list(s.submits) for u, s in other.users.items()
+            }
+    assert any(taken)

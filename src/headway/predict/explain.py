@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from headway.predict.model import FEATURES
+from headway.predict.model import FEATURES, TREE_FEATURES
 
 _RATE = "rate"
 _LOGS = "log_seconds"
@@ -33,6 +33,8 @@ WORDS: dict[str, tuple[str, str]] = {
     "user_log_runtime_last": ("the user's last successful runtime", _LOGS),
     "user_log_runtime_recent5": ("the median of the user's last 5 successful runtimes", _LOGS),
     "shape_log_runtime_recent5": ("the median of the user's last 5 runtimes at this GPU count", _LOGS),
+    "user_log_runtime_dense": ("the most common runtime among the user's recent successes", _LOGS),
+    "shape_log_runtime_dense": ("the most common recent runtime of the user at this GPU count", _LOGS),
     "name_jobs_ended": ("earlier runs of this job name", _COUNT),
     "name_success_rate": ("this job name's smoothed success rate", _RATE),
     "name_fail_streak": ("failures in a row of this job name", _COUNT),
@@ -112,19 +114,20 @@ def top_reasons(
     down: str,
     k: int = 4,
 ) -> list[Reason]:
-    """The k features with the largest |contribution| to one prediction, in words."""
-    c = contrib[: len(FEATURES)]
+    """The k features with the largest |contribution| to one prediction, in words (`row`: the design row,
+    every feature; `contrib`: the trees' features, TREE_FEATURES)."""
+    c = contrib[: len(TREE_FEATURES)]
     order = np.argsort(-np.abs(c), kind="stable")[:k]
     out = []
     for i in order.tolist():
         if c[i] == 0:
             continue
-        name = FEATURES[i]
+        name = TREE_FEATURES[i]
         label = WORDS.get(name, (name, _RAW))[0]
         out.append(
             Reason(
                 feature=name,
-                words=f"{label}: {describe_value(name, float(row[i]), vocab)}",
+                words=f"{label}: {describe_value(name, float(row[FEATURES.index(name)]), vocab)}",
                 effect=float(c[i]),
                 direction=up if c[i] > 0 else down,
             )

@@ -13,7 +13,7 @@ from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, islice
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,16 @@ GROUP_WINDOW = 25
 GLOBAL_WINDOW = 51
 SUBMIT_WINDOW_S = 3600.0
 GLOBAL_RECENT = 500  # the cluster's success rate over its last 500 ended jobs: about a week on Philly
+DENSE_WINDOW = 10  # the mode-seeking runtime looks at the key's last 10 successful runtimes
+# A prediction p is within +-50% of a runtime y when 2p/3 <= y <= 2p: in log seconds, y - p lies in
+# [log 2/3, log 2]. The mode-seeking estimate tries p = y_k, 1.5 y_k and y_k / 2 for each runtime y_k of
+# the window, i.e. windows of y - y_k in these ranges (the same three, written around y_k).
+DENSE_RANGES: tuple[tuple[float, float, float], ...] = (
+    (0.0, math.log(2.0 / 3.0), math.log(2.0)),  # (shift of p from y_k, low, high)
+    (math.log(1.5), 0.0, math.log(3.0)),
+    (-math.log(2.0), -math.log(3.0), 0.0),
+)
+DENSE_EPS = 1e-9  # inclusive edges, so runtimes exactly 2x apart count whatever the rounding of their logs
 ENDED = frozenset(s.value for s in ENDED_STATES)
 SUCCESS = State.COMPLETED.value
 
@@ -70,7 +80,11 @@ HISTORY_FEATURES: tuple[str, ...] = (
     "global_log_runtime_median",
     "global_log_ttf_median",
     "global_last500",
+    "user_log_runtime_dense",
+    "shape_log_runtime_dense",
 )
+# Columns that only feed the runtime's starting point, never the trees (see model.TREE_FEATURES).
+START_ONLY_FEATURES: tuple[str, ...] = ("user_log_runtime_dense", "shape_log_runtime_dense")
 # Request features, computed straight from the job (vectorised in the batch path).
 REQUEST_FEATURES: tuple[str, ...] = ("gpus", "nodes", "log_time_limit", "hour", "weekday")
 CATEGORICAL_FEATURES: tuple[str, ...] = ("partition", "priority_class", "group")
@@ -92,12 +106,15 @@ class Window:
         self.order: deque[float] = deque()
         self.sorted: list[float] = []
 
-    def add(self, value: float, k: int) -> None:
-        if len(self.order) >= k:
-            old = self.order.popleft()
-            del self.sorted[bisect_left(self.sorted, old)]
-        self.order.append(value)
+    def add(self, value: float, k: int, keep: int = 0) -> None:
+        """Add a value: `sorted` holds the last k, `order` the last max(k, keep) (for `dense`)."""
+        o = self.order
+        o.append(value)
         insort(self.sorted, value)
+        if len(o) > k:
+            del self.sorted[bisect_left(self.sorted, o[-k - 1])]
+            if len(o) > keep:
+                o.popleft()
 
     def quantile(self, q: float) -> float:
         s = self.sorted
@@ -113,12 +130,72 @@ class Window:
         last = sorted(o[i] for i in range(max(0, len(o) - k), len(o)))
         return last[int(0.5 * (len(last) - 1) + 0.5)]
 
+    def last_sorted(self, k: int) -> list[float]:
+        o = self.order
+        return sorted(o[i] for i in range(max(0, len(o) - k), len(o)))
+
+    def dense(self) -> float:
+        """The mode-seeking runtime of the last DENSE_WINDOW values (see `dense_estimate`)."""
+        if not self.order:
+            return NAN
+        return float(dense_estimate([self.last_sorted(DENSE_WINDOW)])[0])
+
+
+def dense_estimate(
+    windows: Sequence[Sequence[float]] | npt.NDArray[np.float64], chunk: int = 4096
+) -> npt.NDArray[np.float64]:
+    """Mode-seeking point estimates, one per window of log runtimes (each sorted ascending; a matrix
+    padded with +inf, or a list of lists): the candidate p among y_k, 1.5 y_k and y_k / 2 that the most
+    values of the window would be within +-50% of (|p - y| <= y / 2), ties to the candidate closest to
+    the window's median, then the smallest. The claim counts that hit rate, and the best point estimate
+    for a hit rate is the centre of the densest window, not the median. NaN for an empty window."""
+    if isinstance(windows, np.ndarray):
+        w = windows
+    else:
+        k = max((len(x) for x in windows), default=0)
+        w = np.full((len(windows), k), np.inf)
+        for i, x in enumerate(windows):
+            w[i, : len(x)] = x
+    n, k = w.shape
+    out = np.full(n, np.nan)
+    if n == 0 or k == 0:
+        return out
+    for a in range(0, n, chunk):
+        out[a : a + chunk] = _dense_block(w[a : a + chunk])
+    return out
+
+
+def _dense_block(w: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    n = len(w)
+    valid = np.isfinite(w)
+    length = valid.sum(axis=1)
+    med = w[np.arange(n), np.floor(0.5 * (np.maximum(length, 1) - 1) + 0.5).astype(np.int64)]
+    with np.errstate(invalid="ignore"):
+        d = w[:, None, :] - w[:, :, None]  # d[r, c, j] = y_j - y_c (inf or NaN beyond the window)
+    counts, cands = [], []
+    for shift, lo, hi in DENSE_RANGES:
+        with np.errstate(invalid="ignore"):
+            c = np.count_nonzero((d >= lo - DENSE_EPS) & (d <= hi + DENSE_EPS), axis=2)
+        counts.append(np.where(valid, c, -1))
+        cands.append(w + shift)
+    cnt = np.concatenate(counts, axis=1)
+    cand = np.concatenate(cands, axis=1)
+    best = cnt.max(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        dist = np.where(cnt == best, np.abs(cand - med[:, None]), np.inf)
+    near = dist <= dist.min(axis=1, keepdims=True) + DENSE_EPS
+    pick: npt.NDArray[np.float64] = np.where(near, cand, np.inf).min(axis=1)
+    return np.where(length > 0, pick, np.nan)
+
 
 class KeyStats:
     """Rolling history of one key (a user, a user+name, a group)."""
 
     __slots__ = (
+        "dense_memo",
+        "dense_ok",
         "fail_streak",
+        "idx",
         "last_fail",
         "last_success",
         "memo",
@@ -145,6 +222,15 @@ class KeyStats:
         self.submits: deque[float] = deque()
         self.memo: tuple[float, ...] = ()  # this key's part of a feature row, valid while memo_at holds
         self.memo_at = -1
+        self.dense_memo = NAN  # the mode-seeking runtime, valid while dense_ok (until the next success)
+        self.dense_ok = True
+        self.idx = -1  # this key's id in its `_Table` once a batch has seen it (-1: not yet)
+
+    def dense(self) -> float:
+        if not self.dense_ok:
+            self.dense_memo = self.runtime.dense()
+            self.dense_ok = True
+        return self.dense_memo
 
     def runtime_part(self) -> tuple[float, float, float, float, float]:
         """Median, p90, median time to failure, last and recent-5 median runtime (log seconds)."""
@@ -168,12 +254,24 @@ class KeyStats:
             self.succ += 1
             self.fail_streak = 0
             self.last_success = end_time
-            self.runtime.add(log_rt, k)
+            self.runtime.add(log_rt, k, DENSE_WINDOW)
+            self.dense_ok = False
         else:
             self.fail_streak += 1
             self.last_fail = end_time
             if started:
                 self.ttf.add(log_rt, k)
+
+
+def _dense_many(stats: Sequence[KeyStats | None]) -> npt.NDArray[np.float64]:
+    """`KeyStats.dense` for many keys: the stale ones computed in one vectorised call."""
+    stale = [s for s in stats if s is not None and not s.dense_ok]
+    if stale:
+        vals = dense_estimate([s.runtime.last_sorted(DENSE_WINDOW) for s in stale])
+        for s, v in zip(stale, vals.tolist(), strict=True):
+            s.dense_memo = v
+            s.dense_ok = True
+    return np.fromiter((NAN if s is None else s.dense_memo for s in stats), np.float64, len(stats))
 
 
 def _last(recent: deque[int], k: int) -> float:
@@ -182,6 +280,182 @@ def _last(recent: deque[int], k: int) -> float:
         return NAN
     m = min(k, n)
     return sum(recent[i] for i in range(n - m, n)) / m
+
+
+_USER_NAN_COLS = np.array([0, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 33])  # a job without a user
+_KEY_SPAN = 1 << 31  # compound key codes: (interned user + 1) * _KEY_SPAN + interned name / GPU count
+
+
+def _object_array(values: Sequence[Any]) -> npt.NDArray[np.object_]:
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = values
+    return arr
+
+
+def _user_own(us: KeyStats) -> tuple[float, ...]:
+    """A user's own part of a row (changes only when the user's jobs end): n, successes, last 1 / 3 / 10,
+    failure streak, runtime part, last failure and success times."""
+    rec = us.recent
+    return (
+        float(us.n),
+        float(us.succ),
+        _last(rec, 1),
+        _last(rec, 3),
+        _last(rec, 10),
+        float(us.fail_streak),
+        *us.runtime_part(),
+        us.last_fail,
+        us.last_success,
+    )
+
+
+def _name_own(ns: KeyStats) -> tuple[float, ...]:
+    rt = ns.runtime
+    return (
+        float(ns.n),
+        float(ns.succ),
+        float(ns.fail_streak),
+        rt.quantile(0.5),
+        rt.quantile(0.9),
+        ns.ttf.quantile(0.5),
+    )
+
+
+def _group_own(gs: KeyStats) -> tuple[float, ...]:
+    return (float(gs.n), float(gs.succ), gs.runtime.quantile(0.5))
+
+
+def _shape_own(ss: KeyStats) -> tuple[float, ...]:
+    rt = ss.runtime
+    return (float(ss.n), float(ss.succ), rt.quantile(0.5), rt.recent_median(), ss.ttf.quantile(0.5))
+
+
+def _count_submits_quick(
+    deques: list[deque[float]], codes: npt.NDArray[np.int64], times: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64] | None:
+    """`_count_submits` without reading the queues, in the usual case: per user the batch's times never
+    go back, none is before the user's last queued one, and the oldest queued one is still within the hour
+    of the user's last batch job. `row` then pops nothing while the queue is not empty, so a job counts the
+    queue plus its user's earlier batch jobs; with an empty queue, the earlier ones within the hour.
+    None when the case does not hold (nothing changed)."""
+    order = np.argsort(codes, kind="stable")
+    c_s, t_s = codes[order], times[order]
+    if np.any((c_s[1:] == c_s[:-1]) & (t_s[1:] < t_s[:-1])):
+        return None
+    users = np.arange(len(deques))
+    starts = np.searchsorted(c_s, users, side="left").tolist()
+    ends = np.searchsorted(c_s, users + 1, side="left").tolist()
+    tl = t_s.tolist()
+    w = SUBMIT_WINDOW_S
+    for d, a, b in zip(deques, starts, ends, strict=True):
+        if d and (d[-1] > tl[a] or d[0] <= tl[b - 1] - w):
+            return None
+    old_len = np.fromiter(map(len, deques), np.int64, len(deques))
+    ranks = np.unique(np.concatenate([t_s, t_s - w]), return_inverse=True)[1]
+    m = int(ranks.max()) + 1
+    comp = c_s * m + ranks[: len(t_s)]
+    idx = np.arange(len(t_s))
+    within = idx - np.searchsorted(comp, c_s * m + ranks[len(t_s) :], side="right")
+    run_start = np.asarray(starts, dtype=np.int64)[c_s]
+    cnt = np.where(old_len[c_s] > 0, old_len[c_s] + idx - run_start, within)
+    out = np.empty(len(t_s), dtype=np.float64)
+    out[order] = cnt
+    for d, a, b in zip(deques, starts, ends, strict=True):
+        if d:
+            d.extend(tl[a:b])  # nothing is popped: the queue's head stays within the hour
+        else:
+            lim = tl[b - 1] - w
+            d.extend(t for t in tl[a:b] if t > lim)
+    return out
+
+
+class _Interner:
+    """Values (strings or floats) to dense int ids, looked up for a whole array at once (pandas' hash
+    index in C instead of a dictionary lookup per value)."""
+
+    __slots__ = ("ids", "index", "values")
+
+    def __init__(self) -> None:
+        self.ids: dict[Any, int] = {}
+        self.values: list[Any] = []
+        self.index: Any = None
+
+    def add(self, value: Any) -> int:
+        i = self.ids.get(value)
+        if i is None:
+            i = self.ids[value] = len(self.values)
+            self.values.append(value)
+            self.index = None
+        return i
+
+    def lookup(self, values: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+        """Each value's id, -1 for values never added (and for None)."""
+        import pandas as pd
+
+        if not self.values:
+            return np.full(len(values), -1, dtype=np.int64)
+        if self.index is None:
+            arr = np.empty(len(self.values), dtype=values.dtype)
+            arr[:] = self.values
+            self.index = pd.Index(arr, dtype=values.dtype)
+        # An Index of the same dtype as the target: pandas would otherwise convert strings to its own
+        # string type first (a copy of the batch).
+        target = pd.Index(values, dtype=values.dtype, copy=False)
+        out: npt.NDArray[np.int64] = self.index.get_indexer(target).astype(np.int64)
+        return out
+
+
+class _Table:
+    """One family of keys (users, user + name, groups, user + GPU count) for batch rows: each key gets an
+    id the first time a batch sees it, and its own part of a row (what changes only when the key itself
+    ends) is kept in `part`, recomputed only for keys that ended since (`fresh` false)."""
+
+    __slots__ = ("codes", "fresh", "index", "part", "stats")
+
+    def __init__(self, width: int) -> None:
+        self.stats: list[KeyStats] = []
+        self.codes: list[int] = []  # each key's integer code (see RollingState._sync)
+        self.index: Any = None  # pandas index over `codes`
+        self.part = np.full((64, width), NAN)  # rows past the registered keys are never read as data
+        self.fresh = np.zeros(64, dtype=bool)
+
+    def register(self, ks: KeyStats, code: int) -> None:
+        ks.idx = len(self.stats)
+        self.stats.append(ks)
+        self.codes.append(code)
+        self.index = None
+        if ks.idx >= len(self.fresh):
+            cap = max(64, 2 * len(self.fresh))
+            part = np.empty((cap, self.part.shape[1]))
+            part[: len(self.part)] = self.part
+            fresh = np.zeros(cap, dtype=bool)
+            fresh[: len(self.fresh)] = self.fresh
+            self.part, self.fresh = part, fresh
+
+    def lookup(self, codes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Ids of keys by code; -1 for keys not registered."""
+        import pandas as pd
+
+        if not self.codes:
+            return np.full(len(codes), -1, dtype=np.int64)
+        if self.index is None:
+            self.index = pd.Index(np.asarray(self.codes, dtype=np.int64))
+        out: npt.NDArray[np.int64] = self.index.get_indexer(codes).astype(np.int64)
+        return out
+
+    def refresh(self, ids: npt.NDArray[np.int64], fn: Any, dense: bool) -> None:
+        """Recompute the parts of the stale keys among `ids` (>= 0) with fn(KeyStats)."""
+        ids = ids[ids >= 0]
+        stale = np.unique(ids[~self.fresh[ids]]).tolist()
+        if not stale:
+            return
+        st = self.stats
+        rows = [fn(st[i]) for i in stale]
+        if dense:
+            d = _dense_many([st[i] for i in stale]).tolist()
+            rows = [(*r, v) for r, v in zip(rows, d, strict=True)]
+        self.part[stale] = _matrix(rows, self.part.shape[1])
+        self.fresh[stale] = True
 
 
 class RollingState:
@@ -194,6 +468,13 @@ class RollingState:
         self.shapes: dict[tuple[str | None, float], KeyStats] = {}  # user + GPU count: repeats without names
         self.glob = KeyStats(keep=GLOBAL_RECENT)
         self.ended = 0
+        # Batch rows (`rows`): users, user + name, groups, user + GPU count interned to ids, each key's
+        # own part of a row in an array, marked stale when the key ends (`fresh`).
+        self._tables = (_Table(14), _Table(6), _Table(3), _Table(6))
+        self._user_ids = _Interner()
+        self._name_ids = _Interner()
+        self._group_ids = _Interner()
+        self._gpu_ids = _Interner()
 
     # -- updates -------------------------------------------------------------------------------------
     def observe_end(
@@ -217,22 +498,30 @@ class RollingState:
             if us is None:
                 us = self.users[user] = KeyStats()
             us.end(success, end_time, log_rt, started, USER_WINDOW)
+            if us.idx >= 0:
+                self._tables[0].fresh[us.idx] = False
         if name is not None:
             key = (user, name)
             ns = self.names.get(key)
             if ns is None:
                 ns = self.names[key] = KeyStats()
             ns.end(success, end_time, log_rt, started, NAME_WINDOW)
+            if ns.idx >= 0:
+                self._tables[1].fresh[ns.idx] = False
         if group is not None:
             gs = self.groups.get(group)
             if gs is None:
                 gs = self.groups[group] = KeyStats()
             gs.end(success, end_time, log_rt, started, GROUP_WINDOW)
+            if gs.idx >= 0:
+                self._tables[2].fresh[gs.idx] = False
         skey = (user, gpus)
         ss = self.shapes.get(skey)
         if ss is None:
             ss = self.shapes[skey] = KeyStats()
         ss.end(success, end_time, log_rt, started, NAME_WINDOW)
+        if ss.idx >= 0:
+            self._tables[3].fresh[ss.idx] = False
 
     # -- reads ---------------------------------------------------------------------------------------
     def _parts(self) -> tuple[float, float, tuple[float, ...]]:
@@ -340,12 +629,15 @@ class RollingState:
             u = (0.0, prior, NAN, NAN, NAN, 0.0, NAN, NAN, 0.0, NAN, NAN, NAN, NAN, NAN)
         else:
             u = (NAN, prior, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN)
+        ss = self.shapes.get((user, gpus))
         return (
             *u,
             *self._name_part(user, name, prior, a_prior),
             *self._group_part(group, prior, a_prior),
             *self._shape_part(user, gpus, prior, a_prior),
             *glob,
+            us.dense() if us is not None else NAN,
+            ss.dense() if ss is not None else NAN,
         )
 
     def rows(
@@ -368,63 +660,87 @@ class RollingState:
         prior, a_prior, glob = self._parts()
         tt = np.asarray(t, dtype=np.float64)
         u_code, u_uniq = _factorize(users)
-        # Users (a last row for "no user"): the memoised part, then the last failure and success times.
         udict = self.users
-        ustats = []
-        for user in u_uniq:
-            us = udict.get(user)
-            if us is None:  # `row` would create it: the same empty history
-                us = udict[user] = KeyStats()
-            ustats.append(us)
-        U = _matrix(
-            [(*self._user_part(us, a_prior), us.last_fail, us.last_success) for us in ustats]
-            + [(NAN, prior, *(NAN,) * 11)],
-            13,
-        )[u_code]
-        out[:, 0:6] = U[:, 0:6]
+        for user in u_uniq:  # `row` creates a user it has not seen: the same empty history
+            if user not in udict:
+                udict[user] = KeyStats()
+        self._sync()
+        T_user, T_name, T_group, T_shape = self._tables
+        # Users: each distinct user's id, its own part (refreshed if it ended since), gathered per job.
+        u_ids = self._user_ids.lookup(_object_array(u_uniq))
+        uid_u = T_user.lookup(u_ids)
+        T_user.refresh(uid_u, _user_own, dense=True)
+        nu = u_code < 0
+        uid = np.append(uid_u, 0)[u_code]  # no user: any row, overwritten below
+        U = T_user.part[uid]
+        out[:, 0] = U[:, 0]
+        out[:, 1] = (U[:, 1] + a_prior) / (U[:, 0] + PRIOR_STRENGTH)
+        out[:, 2:6] = U[:, 2:6]
         out[:, 6] = (tt - U[:, 11]) / 3600.0
         out[:, 7] = (tt - U[:, 12]) / 3600.0
         out[:, 9:14] = U[:, 6:11]
-        n_code, _ = _factorize(names)
-        g_code, g_uniq = _factorize(groups)
-        s_code, _ = _factorize(gpus)
-        u1 = u_code + 1  # 0 = no user (u_code -1)
-        ul: list[str | None] = [None, *u_uniq]
-        # User + name: one part per distinct pair (jobs without a name share the all-NaN part).
-        name_key = np.where(n_code < 0, -1, u1 * (int(n_code.max(initial=0)) + 2) + n_code)
-        _, first, inv = np.unique(name_key, return_index=True, return_inverse=True)
-        f = first.tolist()
-        at = self.ended
-        nget = self.names.get
-        nm = []
-        for u, i in zip(u1[first].tolist(), f, strict=True):
-            ns = nget((ul[u], names[i])) if names[i] is not None else None
-            nm.append(
-                ns.memo
-                if ns is not None and ns.memo_at == at
-                else self._name_part(ul[u], names[i], prior, a_prior)
-            )
-        out[:, 14:20] = _matrix(nm, 6)[inv]
-        # Groups: one part per distinct group, a last row for "no group".
-        gr = [self._group_part(g, prior, a_prior) for g in g_uniq] + [(NAN, NAN, NAN)]
-        out[:, 20:23] = _matrix(gr, 3)[g_code]
+        out[:, 33] = U[:, 13]
+        if nu.any():
+            out[np.ix_(nu, _USER_NAN_COLS)] = NAN
+            out[nu, 1] = prior
+        u_ic = np.append(u_ids, -1)[u_code] + 1  # interned user + 1 (0: no user), for compound keys
+        # User + name.
+        narr = _object_array(names)
+        n_ids = self._name_ids.lookup(narr)
+        nid = T_name.lookup(np.where(n_ids >= 0, u_ic * _KEY_SPAN + n_ids, -1))
+        T_name.refresh(nid, _name_own, dense=False)
+        N = T_name.part[np.maximum(nid, 0)]
+        has = nid >= 0
+        out[:, 14] = np.where(has, N[:, 0], 0.0)
+        out[:, 15] = np.where(has, (N[:, 1] + a_prior) / (N[:, 0] + PRIOR_STRENGTH), prior)
+        out[:, 16] = np.where(has, N[:, 2], 0.0)
+        out[:, 17:20] = np.where(has[:, None], N[:, 3:6], NAN)
+        no_name = narr == None  # noqa: E711
+        out[no_name, 14:20] = NAN
+        # Groups.
+        garr = _object_array(groups)
+        gid = T_group.lookup(self._group_ids.lookup(garr))
+        T_group.refresh(gid, _group_own, dense=False)
+        G = T_group.part[np.maximum(gid, 0)]
+        has = gid >= 0
+        out[:, 20] = np.where(has, G[:, 0], 0.0)
+        out[:, 21] = np.where(has, (G[:, 1] + a_prior) / (G[:, 0] + PRIOR_STRENGTH), prior)
+        out[:, 22] = np.where(has, G[:, 2], NAN)
+        out[garr == None, 20:23] = NAN  # noqa: E711
         # User + GPU count.
-        shape_key = u1 * (int(s_code.max(initial=0)) + 2) + s_code
-        _, first, inv = np.unique(shape_key, return_index=True, return_inverse=True)
-        f = first.tolist()
-        sget = self.shapes.get
-        sh = []
-        for u, i in zip(u1[first].tolist(), f, strict=True):
-            ss = sget((ul[u], gpus[i]))
-            sh.append(
-                ss.memo
-                if ss is not None and ss.memo_at == at
-                else self._shape_part(ul[u], gpus[i], prior, a_prior)
-            )
-        out[:, 23:28] = _matrix(sh, 5)[inv]
-        out[:, 28:] = glob
+        gp_ids = self._gpu_ids.lookup(np.asarray(gpus, dtype=np.float64))
+        sid = T_shape.lookup(np.where(gp_ids >= 0, u_ic * _KEY_SPAN + gp_ids, -1))
+        T_shape.refresh(sid, _shape_own, dense=True)
+        S = T_shape.part[np.maximum(sid, 0)]
+        has = sid >= 0
+        out[:, 23] = np.where(has, S[:, 0], 0.0)
+        out[:, 24] = np.where(has, (S[:, 1] + a_prior) / (S[:, 0] + PRIOR_STRENGTH), prior)
+        out[:, 25:28] = np.where(has[:, None], S[:, 2:5], NAN)
+        out[:, 34] = np.where(has, S[:, 5], NAN)
+        out[:, 28:33] = glob
         out[:, 8] = self._count_submits(users, u_code, u_uniq, tt)
         return out
+
+    def _sync(self) -> None:
+        """Give an id to every key that appeared since the last batch (dicts keep insertion order, and a
+        key, once in them, stays), with an integer code: the interned string, or for a compound key
+        (interned user + 1) * _KEY_SPAN + interned name / GPU count."""
+        T_user, T_name, T_group, T_shape = self._tables
+        ui, ni, gi, pi = self._user_ids, self._name_ids, self._group_ids, self._gpu_ids
+        if len(T_user.stats) < len(self.users):
+            for uname, ks in islice(self.users.items(), len(T_user.stats), None):
+                T_user.register(ks, ui.add(uname))
+        if len(T_name.stats) < len(self.names):
+            for (n_user, name), ks in islice(self.names.items(), len(T_name.stats), None):
+                u = 0 if n_user is None else ui.add(n_user) + 1
+                T_name.register(ks, u * _KEY_SPAN + ni.add(name))
+        if len(T_group.stats) < len(self.groups):
+            for group, ks in islice(self.groups.items(), len(T_group.stats), None):
+                T_group.register(ks, gi.add(group))
+        if len(T_shape.stats) < len(self.shapes):
+            for (s_user, gpus), ks in islice(self.shapes.items(), len(T_shape.stats), None):
+                u = 0 if s_user is None else ui.add(s_user) + 1
+                T_shape.register(ks, u * _KEY_SPAN + pi.add(gpus))
 
     def _count_submits(
         self,
@@ -443,6 +759,10 @@ class RollingState:
         deques = [self.users[u].submits for u in u_uniq]
         bi = np.flatnonzero(u_code >= 0)
         if len(bi) == 0:
+            return res
+        quick = _count_submits_quick(deques, u_code[bi], tt[bi])
+        if quick is not None:
+            res[bi] = quick
             return res
         old_len = np.fromiter(map(len, deques), np.int64, len(deques))
         old_t = np.fromiter(chain.from_iterable(deques), np.float64, int(old_len.sum()))
@@ -629,6 +949,26 @@ def _window_quantiles(
     return outs
 
 
+def _window_dense(
+    vals: npt.NDArray[np.float64], lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64]
+) -> npt.NDArray[np.float64]:
+    """`dense_estimate` of vals[lo:hi] per row (NaN for empty windows), once per distinct window."""
+    out = np.full(len(lo), np.nan)
+    has = hi > lo
+    if not has.any():
+        return out
+    span = int((hi - lo).max()) + 1
+    keys, inv = np.unique(hi[has] * span + (hi - lo)[has], return_inverse=True)
+    b = keys // span
+    a = b - keys % span
+    k = int((b - a).max())
+    offs = np.arange(k)
+    w = np.where(offs < (b - a)[:, None], vals[np.clip(a[:, None] + offs, 0, len(vals) - 1)], np.inf)
+    w.sort(axis=1)
+    out[has] = dense_estimate(w)[inv.reshape(-1)]
+    return out
+
+
 @dataclass(slots=True)
 class _KeyHistory:
     n: npt.NDArray[np.float64]
@@ -642,6 +982,7 @@ class _KeyHistory:
     ttf_med: npt.NDArray[np.float64]
     rt_last: npt.NDArray[np.float64]
     rt_recent: npt.NDArray[np.float64]
+    rt_dense: npt.NDArray[np.float64]
 
 
 def _key_history(
@@ -709,8 +1050,10 @@ def _key_history(
     (ttf_med,) = windowed(~esucc & estarted, (0.5,))
     (rt_last,) = windowed(esucc, (1.0,), 1)
     (rt_recent,) = windowed(esucc, (0.5,), RECENT)
+    i2, k2 = search(comp[esucc])
+    rt_dense = _window_dense(elrt[esucc], np.maximum(i2 - DENSE_WINDOW, k2), i2)
     return _KeyHistory(
-        n, succ, last, streak, last_fail, last_success, rt_med, rt_p90, ttf_med, rt_last, rt_recent
+        n, succ, last, streak, last_fail, last_success, rt_med, rt_p90, ttf_med, rt_last, rt_recent, rt_dense
     )
 
 
@@ -816,6 +1159,8 @@ def _vector_history(
         g.rt_med,
         g.ttf_med,
         g.last[GLOBAL_RECENT],
+        u_(u.rt_dense),
+        sh.rt_dense,
     ]
     return np.column_stack(cols).astype(np.float64)
 

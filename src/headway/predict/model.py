@@ -29,6 +29,7 @@ from headway.predict.features import (
     CATEGORICAL_FEATURES,
     NUMERIC_FEATURES,
     PRIOR_STRENGTH,
+    START_ONLY_FEATURES,
     FeatureFrame,
 )
 
@@ -38,8 +39,21 @@ P_CLIP = (0.001, 0.999)
 ISOTONIC_MIN_ROWS = 5000
 SMALL_FIT_ROWS = 100_000
 DEFAULT_RUNTIME_S = 3600.0
+COLD_RUNTIME_START = "shape5"  # the runtime's starting point without a model (see RUNTIME_STARTS)
+# `runtime_start="auto"` picks among these the one with the most completed jobs within +-50% on the
+# latest training jobs (ties: the earlier one).
+AUTO_STARTS = ("shape5", "shape_dense", "dense", "median")
 FEATURES: tuple[str, ...] = NUMERIC_FEATURES + CATEGORICAL_FEATURES
 _COL = {name: i for i, name in enumerate(FEATURES)}
+# What the trees see: every design column but the ones that only feed the runtime's starting point, so
+# the completion, p90 and time-to-failure trees do not depend on which runtime start is chosen.
+TREE_FEATURES: tuple[str, ...] = tuple(f for f in FEATURES if f not in START_ONLY_FEATURES)
+_TREE = np.array([_COL[f] for f in TREE_FEATURES], dtype=np.intp)
+
+
+def tree_input(Xd: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """The trees' columns of a design matrix, as one C-contiguous float64 block (LightGBM's fast path)."""
+    return np.ascontiguousarray(Xd[:, _TREE])
 
 
 class ModelFileError(ValueError):
@@ -65,7 +79,8 @@ class TrainConfig:
     halflife_days: float | None = 3.0  # weight examples by recency: half weight 3 days before the latest
     # runtime start: shape5 (median of the last 5 successes with the same GPU count, else the user's last 5)
     # | recent5 (user's last 5) | median (user's last 25) | blend (mean of those two in log space)
-    runtime_start: str = "shape5"
+    runtime_start: str = "auto"
+    runtime_select_fraction: float = 0.35  # auto: the latest share of training jobs the choice is made on
     runtime_trees: bool = False  # correct the median runtime with trees (off: see docs/predict.md)
     prior: str = "recent"  # the rates' Beta prior in the starting point: recent (last 500 ends) | all
     calib_by: str = "submit"  # calibration slice: the latest jobs by submit | end time
@@ -151,6 +166,8 @@ RUNTIME_STARTS = {
     "median": ("user_log_runtime_median",),
     "blend": ("user_log_runtime_recent5", "user_log_runtime_median"),  # their mean in log space
     "shape5": ("shape_log_runtime_recent5", "user_log_runtime_recent5"),  # same GPU count first
+    "dense": ("user_log_runtime_dense",),  # mode-seeking over the user's last DENSE_WINDOW successes
+    "shape_dense": ("shape_log_runtime_dense", "user_log_runtime_dense"),  # same GPU count first
 }
 
 
@@ -168,7 +185,7 @@ def _reprior(X: npt.NDArray[np.float64], rate: str, n: str) -> npt.NDArray[np.fl
 def fallback_predictions(
     X: npt.NDArray[np.float64],
     time_limit: npt.NDArray[np.float64],
-    runtime_start: str = "shape5",
+    runtime_start: str = COLD_RUNTIME_START,
     prior: str = "recent",
 ) -> Predictions:
     """Cold-start predictions from the feature row alone: smoothed rates and running medians."""
@@ -198,7 +215,7 @@ def fallback_predictions(
 def offsets(
     X: npt.NDArray[np.float64],
     time_limit: npt.NDArray[np.float64],
-    runtime_start: str = "shape5",
+    runtime_start: str = COLD_RUNTIME_START,
     prior: str = "recent",
 ) -> dict[str, npt.NDArray[np.float64]]:
     """Where each model starts before its trees: the fallback prediction (log-odds / log seconds).
@@ -253,6 +270,26 @@ def _finish(
         runtime_p90=np.minimum(p90, cap),
         time_to_failure=np.minimum(ttf, cap),
     )
+
+
+def pick_runtime_start(
+    frame: FeatureFrame, rows: npt.NDArray[np.intp], fraction: float
+) -> tuple[str, dict[str, float]]:
+    """The runtime start (from AUTO_STARTS) with the most completed jobs within +-50% among the latest
+    `fraction` of `rows` (in submit order), and every candidate's share. Which estimate hits most
+    differs between clusters (a few repeated shapes per user, or one cluster-wide spread), so each
+    training picks it on its own latest jobs, as the validation folds pick settings."""
+    late = rows[len(rows) - round(len(rows) * fraction) :]
+    done = late[frame.success[late] & ~np.isnan(frame.start[late])]
+    if len(done) == 0:
+        return COLD_RUNTIME_START, {}
+    y = np.maximum(frame.runtime[done], 1.0)
+    scores = {}
+    for start in AUTO_STARTS:
+        p = np.maximum(fallback_predictions(frame.X[done], frame.time_limit[done], start).runtime, 1.0)
+        scores[start] = float(np.mean(np.abs(p - y) / y <= 0.5))
+    best = max(AUTO_STARTS, key=lambda s: (scores[s], -AUTO_STARTS.index(s)))
+    return best, scores
 
 
 PREDICT_THREADS = 1
@@ -350,6 +387,7 @@ class Predictor:
             for name in CATEGORICAL_FEATURES
         }
         Xd = design(frame.X[rows], {k: v[rows] for k, v in frame.cats.items()}, vocab)
+        Xt = tree_input(Xd)
         y = frame.success[rows]
         runtime = frame.runtime[rows]
         started = ~np.isnan(runtime)
@@ -361,7 +399,7 @@ class Predictor:
             late = np.zeros(n, dtype=bool)
             late[np.argsort(frame.end[rows], kind="stable")[n - n_cal :]] = True
             fit_idx, cal_idx = np.flatnonzero(~late), np.flatnonzero(late)
-        cat_idx = [_COL[c] for c in CATEGORICAL_FEATURES]
+        cat_idx = [TREE_FEATURES.index(c) for c in CATEGORICAL_FEATURES]
         boosters: dict[str, Any] = {}
         meta: dict[str, Any] = {
             "trained_rows": n,
@@ -372,7 +410,10 @@ class Predictor:
         calibration = Calibration()
         shrink: dict[str, float] = {}
 
-        off = offsets(frame.X[rows], frame.time_limit[rows], cfg.runtime_start, cfg.prior)
+        start = cfg.runtime_start
+        if start == "auto":
+            start, meta["runtime_start_scores"] = pick_runtime_start(frame, rows, cfg.runtime_select_fraction)
+        off = offsets(frame.X[rows], frame.time_limit[rows], start, cfg.prior)
         weight = np.ones(n)
         if cfg.halflife_days and n:
             age_days = (frame.submit[rows][-1] - frame.submit[rows]) / 86400.0
@@ -394,7 +435,7 @@ class Predictor:
                 params["num_threads"] = 1  # thread hand-offs cost more than they save on small data
             o = off[OFFSET_OF[key]]
             dfit = lgb.Dataset(
-                Xd[sel_fit],
+                Xt[sel_fit],
                 target[sel_fit],
                 weight=weight[sel_fit],
                 init_score=o[sel_fit],
@@ -406,7 +447,7 @@ class Predictor:
             if len(sel_val) >= cfg.min_rows and not (key == "p_success" and cfg.p_rounds):
                 valid_sets = [
                     lgb.Dataset(
-                        Xd[sel_val],
+                        Xt[sel_val],
                         target[sel_val],
                         weight=weight[sel_val],
                         init_score=o[sel_val],
@@ -422,7 +463,7 @@ class Predictor:
             )
             boosters["p_success"] = b
             if n_cal:
-                raw = _sigmoid(b.predict(Xd[cal_idx], raw_score=True) + off["p_success"][cal_idx])
+                raw = _sigmoid(b.predict(Xt[cal_idx], raw_score=True) + off["p_success"][cal_idx])
                 calibration = Calibration.fit(cfg.calibration, raw, y[cal_idx], weight[cal_idx])
         for part, sel in (("runtime", y & started), ("ttf", ~y & started)):
             f_sel = fit_idx[sel[fit_idx]]
@@ -438,11 +479,11 @@ class Predictor:
                     key, "quantile", f_sel, v_sel, log_rt, cfg.quantile_rounds, alpha=alpha, metric="quantile"
                 )
                 if len(v_sel) >= cfg.min_rows:
-                    corr = boosters[key].predict(Xd[v_sel], raw_score=True)
+                    corr = boosters[key].predict(Xt[v_sel], raw_score=True)
                     shrink[key] = _best_shrink(off[OFFSET_OF[key]][v_sel], corr, log_rt[v_sel], alpha)
         meta["models"] = sorted(boosters)
         meta["shrink"] = shrink
-        meta["runtime_start"] = cfg.runtime_start
+        meta["runtime_start"] = start
         meta["prior"] = cfg.prior
         meta["calibration"] = calibration.kind
         return cls(vocab=vocab, calibration=calibration, boosters=boosters, meta=meta)
@@ -456,7 +497,9 @@ class Predictor:
         X = Xd[:, : len(NUMERIC_FEATURES)]
         off = offsets(X, np.full(len(Xd), np.nan), prior=self.meta.get("prior", "all"))["p_success"]
         if "p_success" in self.boosters:
-            off = off + self.boosters["p_success"].predict(Xd, raw_score=True, num_threads=_threads(len(Xd)))
+            off = off + self.boosters["p_success"].predict(
+                tree_input(Xd), raw_score=True, num_threads=_threads(len(Xd))
+            )
         return _sigmoid(off)
 
     def predict_design(self, Xd: npt.NDArray[np.float64], time_limit: npt.NDArray[np.float64]) -> Predictions:
@@ -468,12 +511,12 @@ class Predictor:
             self.meta.get("prior", "all"),
         )
         b = self.boosters
-
+        Xt = tree_input(Xd) if b else Xd
         shrink = self.meta.get("shrink", {})
 
         def raw(key: str, fallback: str) -> npt.NDArray[np.float64]:
             if key in b:
-                corr = b[key].predict(Xd, raw_score=True, num_threads=_threads(len(Xd)))
+                corr = b[key].predict(Xt, raw_score=True, num_threads=_threads(len(Xd)))
                 out: npt.NDArray[np.float64] = shrink.get(key, 1.0) * corr + off[OFFSET_OF[key]]
                 return out
             return off[fallback]
@@ -490,7 +533,8 @@ class Predictor:
 
     def contributions(self, Xd: npt.NDArray[np.float64]) -> dict[str, npt.NDArray[np.float64]]:
         """SHAP contributions (LightGBM pred_contrib) per model; the last column is the bias."""
-        return {k: np.asarray(v.predict(Xd, pred_contrib=True)) for k, v in self.boosters.items()}
+        Xt = tree_input(Xd)
+        return {k: np.asarray(v.predict(Xt, pred_contrib=True)) for k, v in self.boosters.items()}
 
     # -- persistence --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:

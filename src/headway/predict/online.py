@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -102,6 +103,25 @@ class _History:
         )
 
 
+_JOB_ID = attrgetter("job_id")
+_FIELDS = (
+    "user",
+    "group",
+    "name",
+    "partition",
+    "priority_class",
+    "submit_time",
+    "gpus",
+    "nodes",
+    "time_limit",
+)
+
+
+def _columns(jobs: Sequence[SubmittedJob]) -> dict[str, list[Any]]:
+    """The jobs' fields as columns, one C-level pass per field."""
+    return {f: list(map(attrgetter(f), jobs)) for f in _FIELDS}
+
+
 class OnlinePredictor:
     """Causal predictions with rolling state, cold-start fallbacks and periodic retraining."""
 
@@ -152,17 +172,23 @@ class OnlinePredictor:
             return Predictions(empty, empty, empty, empty)
         # A job's feature row is fixed once served, so its prediction only changes when the model does.
         cache = self._preds
-        todo = [j for j in jobs if j.job_id not in cache]
+        ids = list(map(_JOB_ID, jobs))
+        if cache.keys().isdisjoint(ids):  # the usual case at an arrival: all new (a C-level check)
+            todo = list(jobs)
+        else:
+            todo = [j for j, i in zip(jobs, ids, strict=True) if i not in cache]
+            ids = [j.job_id for j in todo]
         vals = None
         if todo:
-            X, cats, tl = self._matrix(todo)
+            X, cats, tl, pos = self._matrix(todo, ids)
             if self.model is None:
                 p = fallback_predictions(X, tl)
             else:
                 p = self.model.predict_design(self.model.design(X, cats), tl)
             new = np.column_stack([p.p_success, p.runtime, p.runtime_p90, p.time_to_failure])
-            ids = [j.job_id for j in todo]
-            batch = _Batch(new, (), dict(zip(ids, range(len(ids)), strict=True)))
+            if pos is None:
+                pos = dict(zip(ids, range(len(ids)), strict=True))
+            batch = _Batch(new, (), pos)
             cache.update(dict.fromkeys(ids, batch))
             if len(todo) == len(jobs):
                 vals = new
@@ -219,47 +245,57 @@ class OnlinePredictor:
         return hist, (j.partition, j.priority_class, j.group)
 
     def _matrix(
-        self, jobs: Sequence[SubmittedJob]
-    ) -> tuple[npt.NDArray[np.float64], dict[str, npt.NDArray[np.object_]], npt.NDArray[np.float64]]:
+        self, jobs: Sequence[SubmittedJob], ids: list[str]
+    ) -> tuple[
+        npt.NDArray[np.float64],
+        dict[str, npt.NDArray[np.object_]],
+        npt.NDArray[np.float64],
+        dict[str, int] | None,
+    ]:
         """Design inputs for `jobs`: rows already taken are reused; new jobs get theirs in one batch
-        (`RollingState.rows`, the same numbers as one `row` call each, in order)."""
+        (`RollingState.rows`, the same numbers as one `row` call each, in order). Also the job id ->
+        position map of that batch when it is exactly `jobs` (all new, none twice), else None."""
         n = len(jobs)
         known = self._rows
-        fresh = {j.job_id: j for j in jobs if j.job_id not in known}  # a repeated job: its first entry
+        if known.keys().isdisjoint(ids):
+            fresh = dict(zip(ids, jobs, strict=True))  # a job given twice: fewer entries, rebuilt below
+        else:
+            fresh = {j.job_id: j for j in jobs if j.job_id not in known}
         if len(fresh) < len(jobs):
             fresh = {}
             for j in jobs:
                 if j.job_id not in known and j.job_id not in fresh:
                     fresh[j.job_id] = j
         hist_new = None
+        pos: dict[str, int] | None = None
+        cols: dict[str, list[Any]] = {}
         if 0 < len(fresh) < BATCH_ROWS_FROM:  # a few jobs: one `row` each is cheaper than the batch setup
             for jid, j in fresh.items():
                 known[jid] = self._row(j)
         elif fresh:
             new = list(fresh.values())
+            cols = _columns(new)
             hist_new = self.state.rows(
-                [j.user for j in new],
-                [j.group for j in new],
-                [j.name for j in new],
-                [j.gpus for j in new],
-                [j.submit_time for j in new],
+                cols["user"], cols["group"], cols["name"], cols["gpus"], cols["submit_time"]
             )
-            cat_lists = ([j.partition for j in new], [j.priority_class for j in new], [j.group for j in new])
-            batch = _Batch(hist_new, cat_lists, dict(zip(fresh, range(len(new)), strict=True)))
+            cat_lists = (cols["partition"], cols["priority_class"], cols["group"])
+            pos = dict(zip(fresh, range(len(new)), strict=True))
+            batch = _Batch(hist_new, cat_lists, pos)
             known.update(dict.fromkeys(fresh, batch))
         if hist_new is not None and len(fresh) == n:
-            h_arr = hist_new  # the usual case at an arrival: every job is new
+            h_arr = hist_new  # the usual case at an arrival: every job is new (and `cols` are theirs)
         else:
             h_arr = np.array([_hist(known[j.job_id], j.job_id) for j in jobs], dtype=np.float64).reshape(
                 n, len(HISTORY_FEATURES)
             )
-        submit = np.fromiter((j.submit_time for j in jobs), np.float64, n)
-        gpus = np.fromiter((j.gpus for j in jobs), np.float64, n)
-        nodes = np.fromiter((j.nodes for j in jobs), np.float64, n)
-        tl = np.fromiter((np.nan if j.time_limit is None else j.time_limit for j in jobs), np.float64, n)
+            cols = _columns(jobs)
+            pos = None
+        submit = np.array(cols["submit_time"], dtype=np.float64)
+        gpus = np.array(cols["gpus"], dtype=np.float64)
+        nodes = np.array(cols["nodes"], dtype=np.float64)
+        tl = np.array([np.nan if v is None else v for v in cols["time_limit"]], dtype=np.float64)
         X = np.hstack([h_arr, request_features(gpus, nodes, tl, submit)])
         cats = {name: np.empty(n, dtype=object) for name in CATEGORICAL_FEATURES}
-        cats["partition"][:] = [j.partition for j in jobs]
-        cats["priority_class"][:] = [j.priority_class for j in jobs]
-        cats["group"][:] = [j.group for j in jobs]
-        return X, cats, tl
+        for name in CATEGORICAL_FEATURES:
+            cats[name][:] = cols[name]
+        return X, cats, tl, pos
