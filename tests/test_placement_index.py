@@ -60,3 +60,20 @@ def test_free_index_switches_to_heaps_and_keeps_rack_totals() -> None:
     assert np.array_equal(
         index.rack_free, np.bincount(rack, weights=free, minlength=n_racks).astype(np.int64)
     )
+
+
+def test_free_index_first_fit_lists_place_like_place_through_a_long_pass() -> None:
+    # Past LISTS_AFTER placements first fit reads per-count node heaps: the same GPUs as the vector scan.
+    free, share, rack, n_racks = _cluster(11, 48, 8, 4)
+    ref_free, ref_share = free.copy(), share.copy()
+    index = FreeIndex(free, share, rack, n_racks)
+    requests = [0.25, 1, 0.5, 2, 1, 0.75, 4, 1, 3, 0.5, 8, 12] * 12
+    for gpus in requests:
+        max_nodes = max(1, int(np.ceil(gpus / 8)))
+        want = place("first-fit", ref_free, ref_share, rack, n_racks, float(gpus), max_nodes)
+        got = index.place("first-fit", float(gpus), max_nodes)
+        assert got == want
+        if want is not None:
+            assert index.take(got) == take(ref_free, ref_share, want)  # type: ignore[arg-type]
+        assert index.max_free() == int(ref_free.max(initial=0))
+    assert index._free_l == ref_free.tolist()  # the lists were built and kept current

@@ -351,3 +351,12 @@ def test_impact_oracle_ranks_by_the_true_outcome_and_runtime() -> None:
     assert order_ids("impact-oracle", snapshot(pending(rows, oracle=True))) == ["good", "bad"]
     with pytest.raises(ValueError, match="true runtimes"):
         get_policy("impact-oracle").rank(snapshot(pending(rows)))
+
+
+def test_live_queues_refuse_oracle_policies_with_a_reason() -> None:
+    from headway.policy import LIVE_POLICIES, live_policy_error
+
+    assert live_policy_error("impact") is None and live_policy_error("fifo-skip") is None
+    assert "oracle" in (live_policy_error("impact-oracle") or "")
+    assert "unknown" in (live_policy_error("nope") or "")
+    assert not any(POLICIES[n].oracle for n in LIVE_POLICIES)

@@ -64,10 +64,10 @@ def daemon(
     from headway.local.gpus import GpuSpecError, resolve_gpus
     from headway.local.ordering import LocalPlanner, build_predictor, load_book
     from headway.local.paths import MODEL_FILE, resolve_state_dir
-    from headway.policy import POLICIES
+    from headway.policy import live_policy_error
 
-    if policy not in POLICIES:
-        fail(f"unknown --policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if (problem := live_policy_error(policy)) is not None:
+        fail(problem)
     if grace < 0:
         fail("--grace must be >= 0 seconds")
     try:

@@ -135,7 +135,7 @@ def sync(
     to Slurm nor to the store; `--apply` writes only changed values and stores the new history. When
     slurmctld does not answer, the pass writes nothing and the loop backs off and retries.
     """
-    from headway.policy import POLICIES
+    from headway.policy import live_policy_error
     from headway.slurm.runner import Runner, SlurmDenied, SlurmError, SlurmMissing
     from headway.slurm.sitefactor import FactorRange
     from headway.slurm.sync import SlurmSync, SyncOptions, run_loop
@@ -145,8 +145,8 @@ def sync(
         every = parse_interval(interval)
     except ValueError as e:
         fail(str(e))
-    if policy not in POLICIES:
-        fail(f"unknown --policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if (problem := live_policy_error(policy)) is not None:
+        fail(problem)
     opts = SyncOptions(rng=rng, apply=apply, db=db, source=source, since=since, policy=policy)
     runner = Runner()
     try:
@@ -200,6 +200,7 @@ def why(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """Headway's factors for one pending job next to Slurm's own `sprio -l` line for it (writes nothing)."""
+    from headway.policy import live_policy_error
     from headway.slurm.queue import parse_sprio_long
     from headway.slurm.runner import Runner, SlurmError
     from headway.slurm.sitefactor import FactorRange
@@ -209,6 +210,8 @@ def why(
         rng = FactorRange.parse(factor_range)
     except ValueError as e:
         fail(str(e))
+    if (problem := live_policy_error(policy)) is not None:
+        fail(problem)
     runner = Runner()
     try:
         syncer = SlurmSync(

@@ -5,7 +5,7 @@
 """
 
 from headway.policy.placement import PLACEMENTS, gang_size, max_nodes_for, place
-from headway.policy.policies import POLICIES, Policy, get_policy
+from headway.policy.policies import LIVE_POLICIES, POLICIES, Policy, get_policy, live_policy_error
 from headway.policy.snapshot import (
     Allocation,
     ClusterView,
@@ -19,6 +19,7 @@ from headway.policy.snapshot import (
 )
 
 __all__ = [
+    "LIVE_POLICIES",
     "PLACEMENTS",
     "POLICIES",
     "Allocation",
@@ -33,6 +34,7 @@ __all__ = [
     "Start",
     "gang_size",
     "get_policy",
+    "live_policy_error",
     "max_nodes_for",
     "place",
 ]

@@ -249,12 +249,14 @@ def take(free: I64, share: I64, alloc: Allocation) -> list[tuple[int, int]]:
 
 
 class FreeIndex:
-    """A pass's scratch free GPUs with per-rack totals and the one-node topology key kept current.
+    """A pass's scratch free GPUs with per-rack totals and the one-node placements kept current.
 
     A pass starts hundreds of jobs; recomputing rack totals and scanning every node for each one was
-    most of its cost. After a few placements the index switches to one heap of (key, node) per free
-    count, updated only for the rack a start touches (stale entries are skipped when they surface).
-    Placements equal `place` on the same arrays, ties included; starts must go through `take`.
+    most of its cost. After a few placements the index switches to plain lists: per free count, a heap
+    of nodes (first fit, the largest free count) and, for topology, a heap of packed (key, node) whose
+    valid top is cached, updated only for the rack a start touches (stale entries are skipped when
+    they surface). Placements equal `place` on the same arrays, ties included; starts must go through
+    `take`.
     """
 
     __slots__ = (
@@ -269,6 +271,8 @@ class FreeIndex:
         "_rack_l",
         "_rf_l",
         "_rf_shared",
+        "_rf_stale",
+        "_tops",
         "_total",
         "free",
         "n_racks",
@@ -276,7 +280,9 @@ class FreeIndex:
         "rack",
         "share",
     )
-    BUCKETS_AFTER = 8  # one-node placements served by vector scans before the heaps are built
+    BUCKETS_AFTER = 8  # placements served by vector scans before the lists and heaps are built
+    # First fit's vector scan stops at the first fit, so its lists pay off only on longer passes.
+    LISTS_AFTER = 32
 
     def __init__(
         self,
@@ -296,51 +302,65 @@ class FreeIndex:
         # free GPUs per rack, built when topology needs it
         self._rack_free: I64 | None = rack_free
         self._rf_shared = rack_free is not None  # still the caller's array: copied before the first write
+        self._rf_stale = False  # `_rf_l` moved on since `_rack_free` was last written
         self.node_key: I64 | None = None  # one-node topology key; None when stale (rebuilt on demand)
         self._total = -1  # whole free GPUs in all; counted on first use
         self._partial: dict[tuple[int, int], int] | None = None  # GPUs partly shared: built on demand
         self._calls = 0
         self._heaps: list[list[int]] | None = None  # per free count, (key << _NODE_BITS | node)
+        self._tops: list[int] = []  # per free count, its heap's valid top (-1: none, -2: not known)
         self._ff: list[list[int]] = []  # per free count, node numbers (stale ones skipped)
         self._free_l: list[int] = []
         self._rf_l: list[int] = []  # rack totals as a list, once the heaps are built
         self._members: list[list[int]] = []
         self._rack_l: list[int] = []  # rack per node as a list, once the heaps are built
 
-    def _build(self) -> None:
-        """The per-free-count heaps: node numbers (for `max_free`) and packed topology keys."""
+    def _build_counts(self) -> bool:
+        """The per-free-count node heaps (first fit, `max_free`); False where the lists cannot serve."""
+        if self._free_l:
+            return True
         free_l = self.free.tolist()
         top = max(free_l, default=0)
         if top > 1023 or len(free_l) > _NODE_MASK:  # outside what the packed keys hold: vector path
             self._calls = -(1 << 62)
-            return
-        self._free_l = free_l
-        self._ff = [[] for _ in range(top + 1)]
+            return False
+        ff: list[list[int]] = [[] for _ in range(top + 1)]
         for n, f in enumerate(free_l):
             if f > 0:
-                self._ff[f].append(n)  # ascending: already a valid heap
+                ff[f].append(n)  # ascending: already a valid heap
+        self._free_l, self._ff = free_l, ff
+        return True
+
+    def _build(self) -> None:
+        """The per-free-count heaps of packed topology keys, on top of the node heaps."""
+        if self._heaps is not None or not self._build_counts():
+            return
+        free_l = self._free_l
         rf_l: list[int] = self.rack_free.tolist()
         rack_l: list[int] = self.rack.tolist()
-        heaps: list[list[int]] = [[] for _ in range(top + 1)]
+        heaps: list[list[int]] = [[] for _ in range(len(self._ff))]
         for n, f in enumerate(free_l):
-            if f > 0:  # (topology key, node) packed in one int
-                heaps[f].append((rf_l[rack_l[n]] * 1024 + min(f, 1023)) << _NODE_BITS | n)
+            if f > 0:  # (topology key, node) packed in one int; f <= 1023 here
+                heaps[f].append((rf_l[rack_l[n]] * 1024 + f) << _NODE_BITS | n)
         for h in heaps:
             heapq.heapify(h)
         self._heaps, self._rf_l, self._rack_l = heaps, rf_l, rack_l
+        self._tops = [-2] * len(heaps)
         self._members = _rack_members(self.rack, self.n_racks)
 
     @property
     def total(self) -> int:
         """Whole free GPUs on all nodes."""
         if self._total < 0:
-            rf = self._rack_free
-            self._total = int(rf.sum()) if rf is not None else int(self.free.sum())
+            self._total = int(self.rack_free.sum()) if self._rack_free is not None else int(self.free.sum())
         return self._total
 
     @property
     def rack_free(self) -> I64:
-        if self._rack_free is None:
+        if self._rf_stale:  # the lists ran ahead: one array from them (never the caller's array)
+            self._rack_free = np.array(self._rf_l, dtype=np.int64)
+            self._rf_stale = self._rf_shared = False
+        elif self._rack_free is None:
             self._rack_free = np.bincount(self.rack, weights=self.free, minlength=self.n_racks).astype(
                 np.int64
             )
@@ -355,19 +375,35 @@ class FreeIndex:
 
     def _top(self, f: int) -> int:
         """The valid packed (key, node) at the top of free count f's heap (-1: none); drops stale ones."""
+        t = self._tops[f]
+        if t != -2:
+            return t
         assert self._heaps is not None
         # An entry is current while its node still has f free GPUs and its rack total has not moved
         # (totals only fall during a pass). Every change in a rack pushes, per free count, an entry for
         # the rack's lowest such node: the only one of them that can be the best.
         h, free_l, rf_l, rack_l = self._heaps[f], self._free_l, self._rf_l, self._rack_l
-        low = min(f, 1023)
         while h:
             e = h[0]
             n = e & _NODE_MASK
-            if free_l[n] == f and rf_l[rack_l[n]] * 1024 + low == e >> _NODE_BITS:
+            if free_l[n] == f and rf_l[rack_l[n]] * 1024 + f == e >> _NODE_BITS:
+                self._tops[f] = e
                 return e
             heapq.heappop(h)
+        self._tops[f] = -1
         return -1
+
+    def _first(self, whole: int) -> int:
+        """The lowest node with at least `whole` free GPUs (-1: none), from the node heaps."""
+        free_l, ff = self._free_l, self._ff
+        best = -1
+        for f in range(whole, len(ff)):
+            h = ff[f]
+            while h and free_l[h[0]] != f:
+                heapq.heappop(h)
+            if h and (best < 0 or h[0] < best):
+                best = h[0]
+        return best
 
     def max_free(self) -> int:
         """The largest whole-GPU free count on one node."""
@@ -384,29 +420,52 @@ class FreeIndex:
 
     def place(self, how: str, gpus: float, max_nodes: int) -> Allocation | None:
         whole, milli = gang_size(gpus)
-        if how != "topology":  # first-fit's vector scan stops at the first fit: already cheap
+        return self.place_sized(how, gpus, whole, milli, max_nodes)
+
+    def place_sized(self, how: str, gpus: float, whole: int, milli: int, max_nodes: int) -> Allocation | None:
+        """`place` for a gang whose `gang_size` the caller already has (a pass sizes all jobs at once)."""
+        if whole == 0 and milli == 0:
+            return _NO_GPUS
+        self._calls += 1
+        if self._calls > self.BUCKETS_AFTER and not self._free_l:
+            if how == "topology":
+                self._build()
+            elif self._calls > self.LISTS_AFTER:
+                self._build_counts()
+        if how == "topology":
+            if whole == 0:
+                return self._fraction(milli)
+            if self._heaps is None and self._free_l:
+                self._build()  # lists built for first fit: topology needs its heaps too
+            if self._heaps is not None:
+                tops = self._tops
+                best = -1
+                for f in range(whole, len(tops)):
+                    t = tops[f]
+                    if t == -2:
+                        t = self._top(f)
+                    if t >= 0 and (best < 0 or t < best):
+                        best = t
+                if best >= 0:
+                    return _one_node(best & _NODE_MASK, whole)
+            else:
+                cand = np.where(self.free >= whole, self._node_key(), _BIG)
+                i = int(cand.argmin())
+                if cand[i] < _BIG:
+                    return _one_node(i, whole)
+            if max_nodes == 1:
+                return None
+            return _topology(self.free, self.rack, self.n_racks, whole, max_nodes, self.rack_free)
+        if how != "first-fit" or not self._free_l:  # first-fit's vector scan stops at the first fit
             return place(how, self.free, self.share, self.rack, self.n_racks, gpus, max_nodes)
         if whole == 0:
-            return Allocation((), ()) if milli == 0 else self._fraction(milli)
-        self._calls += 1
-        if not self._free_l and self._calls > self.BUCKETS_AFTER:
-            self._build()
-        if self._heaps is not None:
-            best = -1
-            for f in range(whole, len(self._heaps)):
-                t = self._top(f)
-                if t >= 0 and (best < 0 or t < best):
-                    best = t
-            if best >= 0:
-                return Allocation((best & _NODE_MASK,), (whole,))
-        else:
-            cand = np.where(self.free >= whole, self._node_key(), _BIG)
-            i = int(cand.argmin())
-            if cand[i] < _BIG:
-                return Allocation((i,), (whole,))
+            return self._fraction_first(milli)
+        n = self._first(whole)
+        if n >= 0:
+            return _one_node(n, whole)
         if max_nodes == 1:
             return None
-        return _topology(self.free, self.rack, self.n_racks, whole, max_nodes, self.rack_free)
+        return _first_fit(self.free, whole, max_nodes)
 
     def _partials(self) -> dict[tuple[int, int], int]:
         if self._partial is None:
@@ -415,14 +474,33 @@ class FreeIndex:
             self._partial = {(r, c): int(sh[r, c]) for r, c in zip(rows.tolist(), cols.tolist(), strict=True)}
         return self._partial
 
+    def _fraction_first(self, milli: int) -> Allocation | None:
+        """`_place_fraction("first-fit", ...)`: the first GPU in (node, gpu) order with enough free share.
+
+        That is the first partly used GPU that fits or the first whole free GPU, whichever comes first.
+        """
+        best = min((rc for rc, s in self._partials().items() if s >= milli), default=None)
+        n = self._first(1)
+        if n >= 0 and (best is None or n <= best[0]):
+            cand = (n, self.share[n].tolist().index(FULL_SHARE))
+            if best is None or cand < best:
+                best = cand
+        if best is None:
+            return None
+        return Allocation((best[0],), (0,), best[1], milli)
+
     def _fraction(self, milli: int) -> Allocation | None:
         """`_place_fraction("topology", ...)`: the tightest partly used GPU, else a whole free one."""
-        free, rack_free, rack = self.free, self.rack_free, self.rack
         fits = [(s, rc) for rc, s in self._partials().items() if s >= milli]
         if fits:
             smin = min(s for s, _ in fits)
             pairs = sorted(rc for s, rc in fits if s == smin)
-            keys = [min(int(free[n]), 1023) * (1 << 32) + int(rack_free[rack[n]]) for n, _ in pairs]
+            if self._heaps is not None:
+                free_l, rf_l, rack_l = self._free_l, self._rf_l, self._rack_l
+                keys = [min(free_l[n], 1023) * (1 << 32) + rf_l[rack_l[n]] for n, _ in pairs]
+            else:
+                free, rack_free, rack = self.free, self.rack_free, self.rack
+                keys = [min(int(free[n]), 1023) * (1 << 32) + int(rack_free[rack[n]]) for n, _ in pairs]
             n, gi = pairs[keys.index(min(keys))]
             return Allocation((n,), (0,), gi, milli)
         if self._heaps is not None:
@@ -435,11 +513,12 @@ class FreeIndex:
             if n < 0:
                 return None
         else:
+            free, rack_free, rack = self.free, self.rack_free, self.rack
             key = np.where(free >= 1, np.minimum(free, 1023) * (1 << 32) + rack_free[rack], _BIG)
             n = int(key.argmin())
             if key[n] >= _BIG:
                 return None
-        gi = int(np.argmax(self.share[n] == FULL_SHARE))
+        gi = self.share[n].tolist().index(FULL_SHARE)  # the first whole free GPU (there is one)
         return Allocation((n,), (0,), gi, milli)
 
     def writable(self) -> tuple[I64, I64]:
@@ -450,45 +529,101 @@ class FreeIndex:
         return self.free, self.share
 
     def take(self, alloc: Allocation) -> list[tuple[int, int]]:
-        free, _ = self.writable()
-        if self._rf_shared:
-            assert self._rack_free is not None
-            self._rack_free, self._rf_shared = self._rack_free.copy(), False
-        rack_l = self._rack_l
+        if not self._owned:
+            self.free, self.share = self.free.copy(), self.share.copy()
+            self._owned = True
+        free, share = self.free, self.share
+        if alloc.frac_gpu >= 0:
+            n, gi = alloc.nodes[0], alloc.frac_gpu
+            s = int(share[n, gi])
+            s_now = s - alloc.frac_milli
+            share[n, gi] = s_now
+            if self._partial is not None:
+                if 0 < s_now < FULL_SHARE:
+                    self._partial[(n, gi)] = s_now
+                else:
+                    self._partial.pop((n, gi), None)
+            if s == FULL_SHARE:
+                was = int(free[n])
+                free[n] = was - 1
+                self._moved(n, was, was - 1)
+            return [(n, gi)]
+        used: list[tuple[int, int]] = []
         free_l = self._free_l
-        before = [free_l[n] for n in alloc.nodes] if free_l else [int(free[n]) for n in alloc.nodes]
-        used = take(free, self.share, alloc)
-        if alloc.frac_gpu >= 0 and self._partial is not None:
-            n, gi = used[0]
-            s = int(self.share[n, gi])
-            if 0 < s < FULL_SHARE:
-                self._partial[(n, gi)] = s
+        for n, c in zip(alloc.nodes, alloc.counts, strict=True):
+            row = share[n]
+            was = free_l[n] if free_l else int(free[n])
+            if c <= was and len(row) <= 64:  # a node's few GPUs: the first c whole ones, by list scans
+                row_l = row.tolist()
+                gi = -1
+                for _ in range(c):
+                    gi = row_l.index(FULL_SHARE, gi + 1)
+                    row[gi] = 0
+                    used.append((n, gi))
             else:
-                self._partial.pop((n, gi), None)
-        heaps = self._heaps
-        for i, (n, was) in enumerate(zip(alloc.nodes, before, strict=True)):
-            now = was - alloc.counts[i] if alloc.frac_gpu < 0 else int(free[n])  # `take` took counts[i]
-            if now == was:
-                continue
-            if self._total >= 0:
-                self._total -= was - now
-            self.node_key = None
-            if free_l:
-                free_l[n] = now
-                if now > 0:
-                    heapq.heappush(self._ff[now], n)
-            if self._rack_free is None:
-                continue
-            r = rack_l[n] if rack_l else int(self.rack[n])
-            self._rack_free[r] -= was - now
-            if heaps is not None:
-                self._rf_l[r] -= was - now
-                rf = self._rf_l[r] * 1024
-                lowest: dict[int, int] = {}
-                for m in self._members[r]:  # node order: the first with a count is its lowest
-                    fm = free_l[m]
-                    if fm > 0 and fm not in lowest:
-                        lowest[fm] = m
-                for fm, m in lowest.items():
-                    heapq.heappush(heaps[fm], (rf + min(fm, 1023)) << _NODE_BITS | m)
+                idx = (row == FULL_SHARE).nonzero()[0][:c]
+                row[idx] = 0
+                used.extend([(n, gi) for gi in idx.tolist()])
+            free[n] = was - c
+            if c:
+                self._moved(n, was, was - c)
         return used
+
+    def _moved(self, n: int, was: int, now: int) -> None:
+        """Node n went from `was` to `now` free GPUs: totals, lists and heaps follow."""
+        if self._total >= 0:
+            self._total -= was - now
+        self.node_key = None
+        free_l = self._free_l
+        if free_l:
+            free_l[n] = now
+            if now > 0:
+                heapq.heappush(self._ff[now], n)
+        if self._rack_free is None:
+            return
+        heaps = self._heaps
+        if heaps is None:
+            if self._rf_shared:
+                self._rack_free, self._rf_shared = self._rack_free.copy(), False
+            self._rack_free[self.rack[n]] -= was - now
+            return
+        rack_l, rf_l, tops = self._rack_l, self._rf_l, self._tops
+        r = rack_l[n]
+        rf_l[r] -= was - now
+        self._rf_stale = True
+        rf = rf_l[r] * 1024
+        # Every entry of rack r went stale (its total fell): push, per free count in the rack, an entry
+        # for its lowest node. Each is below any old entry of the rack, so it is the new top where it
+        # beats the cached one; a count the rack no longer has (only `was` can go) drops a cached top
+        # that pointed into the rack.
+        seen = 0  # bit f set: count f already has its lowest node (node order)
+        for m in self._members[r]:
+            fm = free_l[m]
+            if fm > 0 and not seen >> fm & 1:
+                seen |= 1 << fm
+                e = (rf + fm) << _NODE_BITS | m
+                heapq.heappush(heaps[fm], e)
+                t = tops[fm]
+                if t == -1 or (t >= 0 and e < t):
+                    tops[fm] = e
+        if not seen >> was & 1:
+            t = tops[was]
+            if t >= 0 and rack_l[t & _NODE_MASK] == r:
+                tops[was] = -2
+
+
+_NO_GPUS = Allocation((), ())
+_ONE_NODE: dict[int, Allocation] = {}
+
+
+def _one_node(n: int, whole: int) -> Allocation:
+    """Allocation((n,), (whole,)), shared: the records are frozen and a pass makes thousands of them."""
+    k = n << 11 | whole if whole < 2048 else -1
+    a = _ONE_NODE.get(k)
+    if a is None:
+        a = Allocation((n,), (whole,))
+        if k >= 0:
+            if len(_ONE_NODE) >= 1 << 16:
+                _ONE_NODE.clear()
+            _ONE_NODE[k] = a
+    return a

@@ -196,28 +196,38 @@ class Policy:
             order_l = order.tolist()
         i, n = 0, len(order_l)
         strict = False
+        how, mode, keys, jids = self.placement, self.mode, p.key, p.job_id
+        place_sized, take_gpus, max_free = index.place_sized, index.take, index.max_free
         # Phase 1: in rank order, start what fits until the first job that does not (or all, greedy).
+        # A start is the pass's unit of work (thousands on a long queue): the loop keeps it to list
+        # reads, one index placement and one `take`, with the limits updated in place.
         while i < n:
             pos = order_l[i]
             i += 1
-            w = whole_l[pos]
-            feasible = w <= (ftot if mn_l[pos] > 1 else fmax) if w > 0 else milli_l[pos] <= smax
-            alloc = index.place(self.placement, gpus_l[pos], mn_l[pos]) if feasible else None
+            w, m = whole_l[pos], mn_l[pos]
+            if w > 0:
+                alloc = place_sized(how, gpus_l[pos], w, 0, m) if w <= (ftot if m > 1 else fmax) else None
+            else:
+                mi = milli_l[pos]
+                alloc = place_sized(how, gpus_l[pos], 0, mi, m) if mi <= smax else None
             if alloc is not None:
-                starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc))
+                starts.append(Start(int(keys[pos]), str(jids[pos]), alloc))
                 if i >= n and not preemptive:
                     break  # the last job in the order: nothing reads the scratch GPUs after it
-                taken.append((index.take(alloc), pos))
+                taken.append((take_gpus(alloc), pos))
                 if i >= n:
                     break
-                if not small:
-                    fmax, ftot, smax = limits()
-                    if self.mode == "greedy" and smax <= 0 and not (milli[order[i:]] == 0).any():
+                if not small:  # limits(), inlined: free GPUs only fell on the nodes just taken
+                    fmax = max_free()
+                    smax = FULL_SHARE if fmax > 0 else (int(index.share.max(initial=0)) if has_frac else 0)
+                    if any_multi:
+                        ftot = index.total
+                    if mode == "greedy" and smax <= 0 and not (milli[order[i:]] == 0).any():
                         break
                 continue
-            if self.mode == "strict":
+            if mode == "strict":
                 break
-            if self.mode == "greedy":
+            if mode == "greedy":
                 continue
             if small and rmask is None:
                 rmask = self.reserve_mask(ranking)
@@ -269,7 +279,7 @@ class Policy:
                 elif milli_l[pos] > smax:
                     continue
                 alloc = (
-                    index.place(self.placement, gpus_l[pos], m)
+                    place_sized(how, gpus_l[pos], w, milli_l[pos], m)
                     if ends_before
                     else place(self.placement, spare, index.share, view.rack, view.n_racks, gpus_l[pos], m)
                 )
@@ -512,6 +522,7 @@ class Las(Policy):
             return [], []
         rq = self._running_queue(snap)
         victims_order = np.lexsort((-r.start, -rq))  # lowest queue first, then the latest started
+        victims_q, victims_ok = rq[victims_order], r.preemptible[victims_order]
         gone: set[int] = set()
         out_keys: list[int] = []
         starts: list[Start] = []
@@ -523,7 +534,8 @@ class Las(Policy):
                 continue
             tried += 1
             q = int(self._queue(p.attained[pos : pos + 1])[0])  # promotion orders, never preempts
-            cands = [int(v) for v in victims_order if rq[v] > q and v not in gone and r.preemptible[v]]
+            below = victims_order[(victims_q > q) & victims_ok].tolist()  # in victims order
+            cands = [v for v in below if v not in gone]
             if not cands:
                 break  # later jobs rank no higher: nobody below them to preempt either
             f2, s2 = free.copy(), share.copy()
@@ -707,6 +719,16 @@ class ImpactOracle(Impact):
 POLICIES: dict[str, type[Policy]] = {
     c.name: c for c in (Fifo, FifoSkip, SjfOracle, Qssf, Las, Multifactor, Impact, ImpactOracle)
 }
+# What a live queue can run: an oracle needs the truth, which only a replay has.
+LIVE_POLICIES: tuple[str, ...] = tuple(n for n, c in POLICIES.items() if not c.oracle)
+
+
+def live_policy_error(name: str) -> str | None:
+    """Why `name` cannot order a live queue (None when it can)."""
+    if name in LIVE_POLICIES:
+        return None
+    why = " (an oracle needs the truth: `headway simulate` only)" if name in POLICIES else ""
+    return f"unknown --policy {name!r}{why}; choose one of {', '.join(LIVE_POLICIES)}"
 
 
 def get_policy(name: str, placement: str | None = None, **knobs: object) -> Policy:
