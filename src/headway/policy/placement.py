@@ -262,6 +262,7 @@ class FreeIndex:
     __slots__ = (
         "_calls",
         "_ff",
+        "_fmax",
         "_free_l",
         "_heaps",
         "_members",
@@ -307,6 +308,7 @@ class FreeIndex:
         self._total = -1  # whole free GPUs in all; counted on first use
         self._partial: dict[tuple[int, int], int] | None = None  # GPUs partly shared: built on demand
         self._calls = 0
+        self._fmax = -1  # the largest free count, while known (-1: not known)
         self._heaps: list[list[int]] | None = None  # per free count, (key << _NODE_BITS | node)
         self._tops: list[int] = []  # per free count, its heap's valid top (-1: none, -2: not known)
         self._ff: list[list[int]] = []  # per free count, node numbers (stale ones skipped)
@@ -406,17 +408,22 @@ class FreeIndex:
         return best
 
     def max_free(self) -> int:
-        """The largest whole-GPU free count on one node."""
+        """The largest whole-GPU free count on one node (kept until a start takes from such a node)."""
+        if self._fmax >= 0:
+            return self._fmax
         if not self._free_l:
-            return int(self.free.max(initial=0))
+            self._fmax = int(self.free.max(initial=0))
+            return self._fmax
         free_l = self._free_l
+        self._fmax = 0
         for f in range(len(self._ff) - 1, 0, -1):
             h = self._ff[f]
             while h and free_l[h[0]] != f:
                 heapq.heappop(h)
             if h:
-                return f
-        return 0
+                self._fmax = f
+                break
+        return self._fmax
 
     def place(self, how: str, gpus: float, max_nodes: int) -> Allocation | None:
         whole, milli = gang_size(gpus)
@@ -491,10 +498,19 @@ class FreeIndex:
 
     def _fraction(self, milli: int) -> Allocation | None:
         """`_place_fraction("topology", ...)`: the tightest partly used GPU, else a whole free one."""
-        fits = [(s, rc) for rc, s in self._partials().items() if s >= milli]
-        if fits:
-            smin = min(s for s, _ in fits)
-            pairs = sorted(rc for s, rc in fits if s == smin)
+        smin = FULL_SHARE  # the partly used GPUs with the least free share that fits
+        pairs: list[tuple[int, int]] = []
+        for rc, s in self._partials().items():
+            if milli <= s <= smin:
+                if s < smin:
+                    smin, pairs = s, [rc]
+                else:
+                    pairs.append(rc)
+        if len(pairs) == 1:
+            n, gi = pairs[0]
+            return Allocation((n,), (0,), gi, milli)
+        if pairs:
+            pairs.sort()
             if self._heaps is not None:
                 free_l, rf_l, rack_l = self._free_l, self._rf_l, self._rack_l
                 keys = [min(free_l[n], 1023) * (1 << 32) + rf_l[rack_l[n]] for n, _ in pairs]
@@ -526,6 +542,7 @@ class FreeIndex:
         if not self._owned:
             self.free, self.share = self.free.copy(), self.share.copy()
             self._owned = True
+        self._fmax = -1  # the caller may change them
         return self.free, self.share
 
     def take(self, alloc: Allocation) -> list[tuple[int, int]]:
@@ -573,6 +590,8 @@ class FreeIndex:
         """Node n went from `was` to `now` free GPUs: totals, lists and heaps follow."""
         if self._total >= 0:
             self._total -= was - now
+        if was == self._fmax:
+            self._fmax = -1
         self.node_key = None
         free_l = self._free_l
         if free_l:
