@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -228,3 +229,22 @@ def test_without_tz_naive_times_are_local_time_of_the_machine(monkeypatch: pytes
     local = _by_id(EDGE)
     utc = _by_id(EDGE, tz="UTC")
     assert utc["900"].submit_time - local["900"].submit_time == dt.timedelta(hours=9)
+
+
+def test_a_short_row_with_invalid_utf8_is_reported_without_noise_on_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pyarrow cannot even show such a row to its bad-row handler and reports that through
+    # sys.unraisablehook ("Exception ignored in ..." on the user's terminal); the reader must keep it
+    # quiet, still report the row, and keep the good rows.
+    unraisable: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    head = "JobID|User|State|Submit|Start|End|AllocTRES\n"
+    good = "1|alice|COMPLETED|2024-01-01T00:00:00|2024-01-01T00:01:00|2024-01-01T01:00:00|gres/gpu=1\n"
+    path = tmp_path / "sacct.txt"
+    bad = b"2|b\xf4b|FAILED\n"
+    path.write_bytes(head.encode() + good.encode() + bad + good.replace("1|", "3|", 1).encode())
+    res = READER.read(path, ReadOptions(tz="UTC"))
+    assert res.table.num_rows == 2 and res.bad_row_count == 1
+    assert res.bad_rows[0].line == 3
+    assert unraisable == []

@@ -15,6 +15,7 @@ import csv
 import io
 import os
 import re
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -378,6 +379,12 @@ def _read_unquoted_fast(path: Path, sep: str, progress: Callable[[int], None] | 
 
     names = [f"c{i}" for i in range(ncols)]
     source: Any = _CountingFile(path, progress) if progress else str(path)
+    # A bad row that is not valid UTF-8 makes pyarrow fail while building what it hands `on_invalid`;
+    # that error would reach the user's terminal as "Exception ignored in ...". Catch it for the
+    # duration of the read, and let the general path (which reports such rows) take the file.
+    unshown: list[Any] = []
+    hook = sys.unraisablehook
+    sys.unraisablehook = unshown.append
     try:
         table = pacsv.read_csv(
             source,
@@ -397,8 +404,11 @@ def _read_unquoted_fast(path: Path, sep: str, progress: Callable[[int], None] | 
     except (pa.ArrowInvalid, OSError):
         return None  # e.g. invalid UTF-8: the general path replaces it and reports rows
     finally:
+        sys.unraisablehook = hook
         if progress:
             source.close()
+    if unshown:
+        return None
     n = table.num_rows
     pieces: list[tuple[pa.Array | None, list[Any] | None, int]] = [(None, table.columns, n)]
 
