@@ -625,9 +625,10 @@ class Impact(Policy):
 
     c = gpus * (p * R + (1 - p) * F) in GPU-hours. Tiers: 0 starved (waited past the class max_wait:
     earliest deadline first; GPUs it could use go only to jobs whose time limit ends before its planned
-    start), 1 normal, 2 held (its user+name
-    failed `hold_after` times in a row with no success since). Backfill is EASY on predicted runtimes;
-    running jobs past their predicted end re-plan the reservation (see `slip_end`).
+    start), 1 normal, 2 held (its user+name failed `hold_after` times in a row with no success since).
+    By default only a starved head holds a reservation and a normal job that does not fit is skipped;
+    `reserve="head"` is classic EASY with backfill on predicted runtimes. Running jobs past their
+    predicted end re-plan the reservation (see `slip_end`).
     """
 
     name: ClassVar[str] = "impact"
