@@ -423,13 +423,33 @@ def run_policies(
     explain: Sequence[str],
     include_cpu: bool,
     quiet: bool,
+    workers: int = 1,
 ) -> list[SimResult]:
+    """One replay per policy: side by side in `workers` processes when there are several (0: as many as
+    the CPUs and memory allow), else one after another in this process."""
+    from headway.sim.fanout import PolicyError, RunArgs, auto_workers, run_parallel
     from headway.sim.run import run_simulation
 
+    n_workers = auto_workers(len(policies), jobs.num_rows) if workers == 0 else workers
+    n_workers = min(n_workers, len(policies))
     results: list[SimResult] = []
     with _progress(quiet) as progress:
+        tasks = {pol: progress.add_task(pol, total=jobs.num_rows) for pol in policies}
+        if n_workers > 1:
+            args = RunArgs(jobs, spec, placement, load, seed, frozenset(explain), include_cpu)
+
+            def on_progress(pol: str, done: int, total: int) -> None:
+                progress.update(tasks[pol], completed=done, total=total)
+
+            try:
+                results = run_parallel(args, policies, n_workers, on_progress)
+            except PolicyError as e:
+                fail(f"{e.policy}: {e}")
+            for pol in policies:
+                progress.update(tasks[pol], completed=progress.tasks[tasks[pol]].total)
+            return results
         for pol in policies:
-            task = progress.add_task(pol, total=jobs.num_rows)
+            task = tasks[pol]
             t0 = time.perf_counter()
             try:
                 res = run_simulation(
@@ -549,6 +569,14 @@ def simulate(
         ),
     ] = "auto",
     tz: Annotated[str | None, typer.Option(help="Timezone of naive timestamps in TRACE.")] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="Replay the policies side by side in this many processes; 0 (default): one per "
+            "policy, up to the usable CPUs and what memory allows; 1: one after another.",
+            min=0,
+        ),
+    ] = 0,
 ) -> None:
     """Replay a job log under each policy on a model cluster and compare time-to-success, waiting,
     utilisation, fragmentation and fairness (one row per policy, ratios to multifactor)."""
@@ -577,6 +605,7 @@ def simulate(
         explain=[explain] if explain else [],
         include_cpu=include_cpu,
         quiet=as_json,
+        workers=workers,
     )
     metrics = {r.policy: compute(r) for r in results}
     capacity = results[0].capacity_gpus if results else float(spec.capacity_gpus)
