@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from headway.predict.evaluate import evaluate, noise, split, training_period, validation_folds
+from headway.predict.evaluate import evaluate, noise, split, training_period, user_days, validation_folds
 from headway.predict.features import HISTORY_FEATURES, RollingState, build_features
 from headway.predict.model import TrainConfig, fallback_predictions, offsets
 from headway.predict.synthetic import make_history
@@ -53,6 +53,26 @@ def test_noise_brackets_the_figures_and_gives_an_ece_floor(frame) -> None:  # ty
     assert "noise" not in p
     small = noise(tf.take(np.arange(200)), _first(r, tf, 200), rounds=100)
     assert small["ece_floor"]["mean"] > nz["ece_floor"]["mean"]
+
+
+def test_resampling_user_days_widens_the_intervals_when_their_jobs_share_outcomes(frame) -> None:  # type: ignore[no-untyped-def]
+    tf = frame.take(split(frame, 0.3)[1])
+    block = user_days(tf)
+    assert len(np.unique(block)) < len(tf)  # some user submitted several jobs on one day
+    # every job of a user-day ends like the day's first job: outcomes fully correlated within a block
+    first = {}
+    for i, b in enumerate(block):
+        first.setdefault(int(b), i)
+    tied = tf.take(np.arange(len(tf)))
+    tied.state = np.array([tf.state[first[int(b)]] for b in block], dtype=object)
+    pred = fallback_predictions(tied.X, tied.time_limit)
+    nz = noise(tied, pred, rounds=200)
+    bl = nz["by_user_day"]
+    assert bl["blocks"] == len(first)
+    width = {k: nz[k]["p95"] - nz[k]["p05"] for k in ("auc_gain", "ece")}
+    block_width = {k: bl[k]["p95"] - bl[k]["p05"] for k in ("auc_gain", "ece")}
+    assert block_width["ece"] > width["ece"]
+    assert block_width["auc_gain"] > width["auc_gain"]
 
 
 def _first(r, tf, n):  # type: ignore[no-untyped-def]

@@ -244,6 +244,14 @@ def evaluate(
             f"{_interval(nz['ece'])}, runtime within 50% gain {_interval(nz['runtime_gain'])}; "
             f"a perfectly calibrated model would show ece {nz['ece_floor']['mean']:.3f} here"
         )
+        bl = nz.get("by_user_day")
+        if bl:
+            out.print(
+                f"resampling whole user-days instead ({bl['blocks']:,}; a user's jobs of one day tend to "
+                f"succeed or fail together): auc gain {_interval(bl['auc_gain'])}, brier gain "
+                f"{_interval(bl['brier_gain'])}, ece {_interval(bl['ece'])}, runtime within 50% gain "
+                f"{_interval(bl['runtime_gain'])}"
+            )
     for claim, ok in report["claims"].items():
         if isinstance(ok, bool):
             out.print(f"{'[green]yes[/]' if ok else '[red]no[/]'}  {claim}", markup=True)

@@ -210,38 +210,74 @@ def compare(tf: FeatureFrame, pred: Predictions) -> dict[str, Any]:
     }
 
 
+def user_days(tf: FeatureFrame) -> npt.NDArray[np.int64]:
+    """A block id per job: its user and the UTC day it was submitted (a job without a user is its own
+    block). A user's jobs of one day tend to succeed or fail together (a sweep, a broken environment),
+    so these, not single jobs, are the independent units of a test set."""
+    day = np.floor(tf.submit / 86400.0).astype(np.int64)
+    who = np.array([u if u is not None else f"\0job{i}" for i, u in enumerate(tf.user)], dtype=object)
+    _, block = np.unique(np.char.add(who.astype(str), day.astype(str)), return_inverse=True)
+    return block.astype(np.int64)
+
+
 def noise(tf: FeatureFrame, pred: Predictions, rounds: int = BOOTSTRAP, seed: int = 0) -> dict[str, Any]:
     """How much the headline figures move by chance on a test set of this size.
 
     A bootstrap of the test jobs gives 90% intervals of each claim's margin; `ece_floor` is the ECE a
     perfectly calibrated model would still show here (labels drawn from its own probabilities), the
-    sampling floor under which ECE cannot be read."""
+    sampling floor under which ECE cannot be read. `by_user_day` resamples whole user-days instead
+    (`user_days`): outcomes within one are correlated, so job-level intervals are too narrow."""
     rng = np.random.default_rng(seed)
     y = tf.success
     p = pred.p_success
     bp = np.clip(tf.col("user_success_rate"), *P_CLIP)
-    ok = np.flatnonzero(y & ~np.isnan(tf.start))
+    has_rt = y & ~np.isnan(tf.start)
+    ok = np.flatnonzero(has_rt)
     rt = np.maximum(tf.runtime, 1.0)
     base_rt = _baseline_seconds(tf, "user_log_runtime_median", "global_log_runtime_median", tf.time_limit)
     hit_m = np.abs(np.maximum(pred.runtime, 1.0) - rt) / rt <= 0.5
     hit_b = np.abs(np.maximum(base_rt, 1.0) - rt) / rt <= 0.5
     n = len(y)
-    acc: dict[str, list[float]] = {k: [] for k in ("auc_gain", "brier_gain", "ece", "runtime_gain")}
+    names = ("auc_gain", "brier_gain", "ece", "runtime_gain")
+    acc: dict[str, list[float]] = {k: [] for k in names}
+    by_block: dict[str, list[float]] = {k: [] for k in names}
+    block = user_days(tf)
+    order = np.argsort(block, kind="stable")
+    members = np.split(order, np.flatnonzero(np.diff(block[order])) + 1) if n else []
     floor = []
+    rng_b = np.random.default_rng(seed + 1)  # its own stream: the job-level draws stay as they were
+
+    def margins(i: npt.NDArray[np.intp], out: dict[str, list[float]]) -> None:
+        out["auc_gain"].append(auc(y[i], p[i]) - auc(y[i], bp[i]))
+        out["brier_gain"].append(brier(y[i], bp[i]) - brier(y[i], p[i]))
+        out["ece"].append(ece(y[i], p[i]))
+
     for _ in range(rounds):
         i = rng.integers(0, n, n)
-        acc["auc_gain"].append(auc(y[i], p[i]) - auc(y[i], bp[i]))
-        acc["brier_gain"].append(brier(y[i], bp[i]) - brier(y[i], p[i]))
-        acc["ece"].append(ece(y[i], p[i]))
+        margins(i, acc)
         if len(ok):
             j = ok[rng.integers(0, len(ok), len(ok))]
             acc["runtime_gain"].append(float(hit_m[j].mean() - hit_b[j].mean()))
         floor.append(ece(rng.random(n) < p, p))
+        if members:
+            bi = np.concatenate([members[b] for b in rng_b.integers(0, len(members), len(members))])
+            margins(bi, by_block)
+            bj = bi[has_rt[bi]]
+            if len(bj):
+                by_block["runtime_gain"].append(float(hit_m[bj].mean() - hit_b[bj].mean()))
     out: dict[str, Any] = {"rounds": rounds}
+    out.update(_intervals(acc))
+    out["ece_floor"] = {"mean": float(np.mean(floor)), "p95": float(np.quantile(floor, 0.95))}
+    out["by_user_day"] = {"blocks": len(members), **_intervals(by_block)}
+    return out
+
+
+def _intervals(acc: dict[str, list[float]]) -> dict[str, dict[str, float] | None]:
+    """90% interval (5th and 95th percentile) of each list, NaNs left out."""
+    out: dict[str, dict[str, float] | None] = {}
     for k, v in acc.items():
         a = np.asarray([x for x in v if not math.isnan(x)])
         out[k] = {"p05": float(np.quantile(a, 0.05)), "p95": float(np.quantile(a, 0.95))} if len(a) else None
-    out["ece_floor"] = {"mean": float(np.mean(floor)), "p95": float(np.quantile(floor, 0.95))}
     return out
 
 
