@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from headway.policy import POLICIES, get_policy
-from headway.policy.policies import Impact, Las, Multifactor, fairshare
+from headway.policy.policies import Impact, Las, Multifactor, fairshare, lognormal_mean
 from headway.policy.snapshot import ClusterView, PendingJobs, RunningJobs, Snapshot
 
 HOUR = 3600.0
@@ -176,9 +176,37 @@ def test_impact_is_smiths_rule_on_expected_successful_work() -> None:
     s = snapshot(pending(rows))
     # p / c: 0.9/0.95, 0.1/0.55, 0.9/(8 x 0.95), 0.9/9.05 (a likely failure is cheap, so it is not last)
     assert order_ids("impact", s) == ["sure-short", "likely-fail", "sure-short-8gpu", "sure-long"]
-    _tier, score, f = Impact().scores(s)
+    _tier, score, f = Impact(runtime_estimate="point").scores(s)
     c = 1 * (0.9 * 1 + 0.1 * 0.5)
     assert score[1] == pytest.approx(0.9 / c) and f["c_gpu_h"][1] == pytest.approx(c)
+    # "mean": R is the expected runtime: here p90 = 2 R, so R x exp(sigma^2 / 2), sigma = ln 2 / z90
+    _tier, score, f = Impact(runtime_estimate="mean").scores(s)
+    r_mean = math.exp(0.5 * (math.log(2) / 1.2815515655446004) ** 2)
+    c = 1 * (0.9 * r_mean + 0.1 * 0.5)
+    assert f["R_h"][1] == pytest.approx(r_mean) and score[1] == pytest.approx(0.9 / c)
+
+
+def test_lognormal_mean_is_the_mean_of_the_runtimes_with_that_median_and_p90() -> None:
+    rng = np.random.default_rng(0)
+    draws = np.exp(rng.normal(np.log(600.0), 1.1, 2_000_000))
+    med, p90 = np.quantile(draws, [0.5, 0.9])
+    est = lognormal_mean(np.array([med]), np.array([p90]))[0]
+    assert est == pytest.approx(draws.mean(), rel=0.01)
+    # no spread (or p90 missing / below the median): the median itself; NaN stays NaN
+    out = lognormal_mean(np.array([600.0, 600.0, 600.0, np.nan]), np.array([600.0, np.nan, 300.0, 900.0]))
+    assert out[:3].tolist() == [600.0, 600.0, 600.0] and math.isnan(out[3])
+
+
+def test_impact_puts_the_uncertain_job_behind_the_sure_one_of_the_same_typical_runtime() -> None:
+    rows = [
+        {"id": "wide", "p": 0.9, "R": HOUR, "F": 0.5 * HOUR},
+        {"id": "narrow", "p": 0.9, "R": HOUR, "F": 0.5 * HOUR},
+    ]
+    pj = pending(rows)
+    pj.runtime_p90[0] = 20 * HOUR  # same median, a long tail: a higher expected cost
+    pj.runtime_p90[1] = 1.2 * HOUR
+    assert order_ids("impact", snapshot(pj), runtime_estimate="mean") == ["narrow", "wide"]
+    assert Impact(runtime_estimate="point").scores(snapshot(pj))[1].tolist() == [0.9 / 0.95] * 2
 
 
 def test_impact_fairshare_and_class_weight_shift_the_order() -> None:

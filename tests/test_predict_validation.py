@@ -60,7 +60,7 @@ def test_resampling_user_days_widens_the_intervals_when_their_jobs_share_outcome
     block = user_days(tf)
     assert len(np.unique(block)) < len(tf)  # some user submitted several jobs on one day
     # every job of a user-day ends like the day's first job: outcomes fully correlated within a block
-    first = {}
+    first: dict[int, int] = {}
     for i, b in enumerate(block):
         first.setdefault(int(b), i)
     tied = tf.take(np.arange(len(tf)))

@@ -206,6 +206,19 @@ def _topology(
     return _counts(free, [*chosen, last], g)
 
 
+def _spans(hist: list[int], whole: int, max_nodes: int) -> bool:
+    """`_topology`'s fewest-nodes test from the nodes per free count (`hist[f]`): whether the fullest
+    nodes hold `whole` GPUs on at most `max_nodes` nodes. False: `_topology` returns None."""
+    k, acc = 0, 0
+    for f in range(len(hist) - 1, 0, -1):
+        c = hist[f]
+        if acc + f * c >= whole:
+            return k + -(-(whole - acc) // f) <= max_nodes
+        acc += f * c
+        k += c
+    return False
+
+
 _MEMBERS: dict[bytes, list[list[int]]] = {}
 
 
@@ -265,6 +278,8 @@ class FreeIndex:
         "_fmax",
         "_free_l",
         "_heaps",
+        "_hist",
+        "_live",
         "_members",
         "_owned",
         "_partial",
@@ -275,6 +290,7 @@ class FreeIndex:
         "_rf_stale",
         "_tops",
         "_total",
+        "_unspanned",
         "free",
         "n_racks",
         "node_key",
@@ -294,12 +310,16 @@ class FreeIndex:
         rack_free: I64 | None = None,
         *,
         copy_on_write: bool = False,
+        live: LiveIndex | None = None,
     ) -> None:
         """`rack_free`: the racks' free totals for `free` when the caller keeps them (copied, not kept).
         `copy_on_write`: leave `free` and `share` untouched and copy them at the first `take` (read
-        `self.free` and `self.share` after that); otherwise `take` writes them in place."""
+        `self.free` and `self.share` after that); otherwise `take` writes them in place.
+        `live`: the caller's `LiveIndex` over `free` (read, never changed): until the first `take` the
+        scratch GPUs are the live ones, so placements read it and the lists are copied from it."""
         self.free, self.share, self.rack, self.n_racks = free, share, rack, n_racks
         self._owned = not copy_on_write
+        self._live = live if copy_on_write else None
         # free GPUs per rack, built when topology needs it
         self._rack_free: I64 | None = rack_free
         self._rf_shared = rack_free is not None  # still the caller's array: copied before the first write
@@ -313,6 +333,9 @@ class FreeIndex:
         self._tops: list[int] = []  # per free count, its heap's valid top (-1: none, -2: not known)
         self._ff: list[list[int]] = []  # per free count, node numbers (stale ones skipped)
         self._free_l: list[int] = []
+        self._hist: list[int] = []  # nodes per free count, kept with `_free_l`
+        # (whole, max_nodes) gangs no set of nodes holds: free GPUs only fall during a pass, so they stay so
+        self._unspanned: set[tuple[int, int]] = set()
         self._rf_l: list[int] = []  # rack totals as a list, once the heaps are built
         self._members: list[list[int]] = []
         self._rack_l: list[int] = []  # rack per node as a list, once the heaps are built
@@ -321,21 +344,38 @@ class FreeIndex:
         """The per-free-count node heaps (first fit, `max_free`); False where the lists cannot serve."""
         if self._free_l:
             return True
+        live = self._live
+        if live is not None and not self._owned:  # no take yet: the live lists are this pass's lists
+            self._free_l, self._ff, self._hist = (
+                live.free_l.copy(),
+                [h.copy() for h in live.ff],
+                live.hist.copy(),
+            )
+            return True
         free_l = self.free.tolist()
         top = max(free_l, default=0)
         if top > 1023 or len(free_l) > _NODE_MASK:  # outside what the packed keys hold: vector path
             self._calls = -(1 << 62)
             return False
         ff: list[list[int]] = [[] for _ in range(top + 1)]
+        hist = [0] * (top + 1)
         for n, f in enumerate(free_l):
+            hist[f] += 1
             if f > 0:
                 ff[f].append(n)  # ascending: already a valid heap
-        self._free_l, self._ff = free_l, ff
+        self._free_l, self._ff, self._hist = free_l, ff, hist
         return True
 
     def _build(self) -> None:
         """The per-free-count heaps of packed topology keys, on top of the node heaps."""
         if self._heaps is not None or not self._build_counts():
+            return
+        live = self._live
+        if live is not None and not self._owned:  # no take yet: copy the live heaps (same invariants)
+            self._heaps, self._tops = [h.copy() for h in live.heaps], live.tops.copy()
+            self._rf_l, self._rack_l, self._members = live.rf_l.copy(), live.rack_l, live.members
+            if self._rack_free is None:  # `_moved` keeps the heaps only alongside the rack totals
+                self._rack_free, self._rf_shared = np.array(live.rf_l, dtype=np.int64), False
             return
         free_l = self._free_l
         rf_l: list[int] = self.rack_free.tolist()
@@ -354,7 +394,12 @@ class FreeIndex:
     def total(self) -> int:
         """Whole free GPUs on all nodes."""
         if self._total < 0:
-            self._total = int(self.rack_free.sum()) if self._rack_free is not None else int(self.free.sum())
+            if self._live is not None and not self._owned:
+                self._total = self._live.total
+            elif self._rack_free is not None:
+                self._total = int(self.rack_free.sum())
+            else:
+                self._total = int(self.free.sum())
         return self._total
 
     @property
@@ -411,6 +456,13 @@ class FreeIndex:
         """The largest whole-GPU free count on one node (kept until a start takes from such a node)."""
         if self._fmax >= 0:
             return self._fmax
+        if not self._free_l and self._live is not None and not self._owned:
+            hist = self._live.hist  # the live GPUs' counts: the largest count some node has
+            f = len(hist) - 1
+            while f > 0 and not hist[f]:
+                f -= 1
+            self._fmax = f
+            return f
         if not self._free_l:
             self._fmax = int(self.free.max(initial=0))
             return self._fmax
@@ -455,12 +507,20 @@ class FreeIndex:
                         best = t
                 if best >= 0:
                     return _one_node(best & _NODE_MASK, whole)
+            elif self._live is not None and not self._owned:  # no take yet: the live GPUs' best node
+                best = self._live.best(whole)
+                if best >= 0:
+                    return _one_node(best & _NODE_MASK, whole)
+                if max_nodes > 1 and not self._spans(self._live.hist, whole, max_nodes):
+                    return None
             else:
                 cand = np.where(self.free >= whole, self._node_key(), _BIG)
                 i = int(cand.argmin())
                 if cand[i] < _BIG:
                     return _one_node(i, whole)
             if max_nodes == 1:
+                return None
+            if self._hist and not self._spans(self._hist, whole, max_nodes):  # the lists are current
                 return None
             return _topology(self.free, self.rack, self.n_racks, whole, max_nodes, self.rack_free)
         if how != "first-fit" or not self._free_l:  # first-fit's vector scan stops at the first fit
@@ -473,6 +533,15 @@ class FreeIndex:
         if max_nodes == 1:
             return None
         return _first_fit(self.free, whole, max_nodes)
+
+    def _spans(self, hist: list[int], whole: int, max_nodes: int) -> bool:
+        """`_spans` on this pass's GPUs, remembering the gangs that cannot be placed."""
+        if (whole, max_nodes) in self._unspanned:
+            return False
+        if _spans(hist, whole, max_nodes):
+            return True
+        self._unspanned.add((whole, max_nodes))
+        return False
 
     def _partials(self) -> dict[tuple[int, int], int]:
         if self._partial is None:
@@ -543,10 +612,15 @@ class FreeIndex:
             self.free, self.share = self.free.copy(), self.share.copy()
             self._owned = True
         self._fmax = -1  # the caller may change them
+        self._unspanned.clear()
         return self.free, self.share
 
     def take(self, alloc: Allocation) -> list[tuple[int, int]]:
         if not self._owned:
+            if self._live is not None:
+                # The pass goes on after this start: its lists, copied from the live ones while they
+                # are still this pass's GPUs, keep later placements to list reads.
+                self._build()
             self.free, self.share = self.free.copy(), self.share.copy()
             self._owned = True
         free, share = self.free, self.share
@@ -596,6 +670,8 @@ class FreeIndex:
         free_l = self._free_l
         if free_l:
             free_l[n] = now
+            self._hist[was] -= 1
+            self._hist[now] += 1
             if now > 0:
                 heapq.heappush(self._ff[now], n)
         if self._rack_free is None:
@@ -646,3 +722,153 @@ def _one_node(n: int, whole: int) -> Allocation:
                 _ONE_NODE.clear()
             _ONE_NODE[k] = a
     return a
+
+
+class LiveIndex:
+    """The live free GPUs' one-node placements, kept current by the owner of the cluster (the simulator).
+
+    Most simulator passes place one job on the GPUs exactly as they are between passes; scanning every
+    node for it (or building `FreeIndex`'s heaps in a pass that starts many jobs) was most of such a
+    pass. The owner calls `set_free` after every change, so a pass reads the best one-node topology
+    placement from `tops` and seeds its scratch lists and heaps by copying these. The structures are
+    `FreeIndex`'s: per free count, heaps of packed (rack total * 1024 + count, node) with stale entries
+    skipped (an entry is current while its node has that count and its rack that total), holding for
+    every (rack, count) the rack's lowest node with that count; `tops[f]` is always the current
+    minimum of count f (-1: no node has f free GPUs), and `ff[f]` holds every node with f free GPUs.
+    """
+
+    __slots__ = (
+        "_limit",
+        "_pushes",
+        "ff",
+        "free_l",
+        "heaps",
+        "hist",
+        "members",
+        "rack_l",
+        "rf_l",
+        "tops",
+        "total",
+    )
+
+    def __init__(self, free: I64, rack: I64, n_racks: int) -> None:
+        self.free_l: list[int] = free.tolist()
+        self.rack_l: list[int] = rack.tolist()
+        self.members = _rack_members(rack, n_racks)
+        self.rf_l = [0] * n_racks
+        for n, f in enumerate(self.free_l):
+            self.rf_l[self.rack_l[n]] += f
+        self.heaps: list[list[int]] = []
+        self.ff: list[list[int]] = []
+        self.tops: list[int] = []
+        self.hist: list[int] = []  # nodes per free count
+        self.total = sum(self.free_l)  # whole free GPUs
+        self._pushes = 0
+        self._limit = 2 * len(self.free_l) + 256  # entries pushed before the heaps are rebuilt
+        self._rebuild()
+
+    @staticmethod
+    def supports(node_gpus: I64) -> bool:
+        """Whether the packed keys hold this cluster (as `FreeIndex`'s lists need)."""
+        return len(node_gpus) <= _NODE_MASK and int(node_gpus.max(initial=0)) <= 1023
+
+    def _rebuild(self) -> None:
+        free_l, rack_l, rf_l = self.free_l, self.rack_l, self.rf_l
+        size = max(max(free_l, default=0) + 1, len(self.heaps))
+        heaps: list[list[int]] = [[] for _ in range(size)]
+        ff: list[list[int]] = [[] for _ in range(size)]
+        seen: set[tuple[int, int]] = set()
+        for n, f in enumerate(free_l):
+            if f > 0:
+                ff[f].append(n)  # ascending: already a valid heap
+                r = rack_l[n]
+                if (r, f) not in seen:  # a rack's lowest node per count is the only one that can be best
+                    seen.add((r, f))
+                    heaps[f].append((rf_l[r] * 1024 + f) << _NODE_BITS | n)
+        for h in heaps:
+            heapq.heapify(h)
+        self.heaps, self.ff = heaps, ff
+        self.tops = [h[0] if h else -1 for h in heaps]
+        self.hist = [0] * size
+        for f in free_l:
+            self.hist[f] += 1
+        self._pushes = 0
+
+    def set_free(self, n: int, now: int) -> None:
+        """Node `n` has `now` whole free GPUs (after an allocation or a release)."""
+        free_l = self.free_l
+        was = free_l[n]
+        if was == now:
+            return
+        if now >= len(self.heaps):  # more free than ever seen (the cluster started partly used)
+            free_l[n] = now
+            self.rf_l[self.rack_l[n]] += now - was
+            self.total += now - was
+            self._rebuild()
+            return
+        free_l[n] = now
+        self.total += now - was
+        self.hist[was] -= 1
+        self.hist[now] += 1
+        rack_l, rf_l, heaps, tops = self.rack_l, self.rf_l, self.heaps, self.tops
+        r = rack_l[n]
+        rf_l[r] += now - was
+        if now > 0:
+            heapq.heappush(self.ff[now], n)
+        # Every entry of rack r went stale (its total moved): push, per free count in the rack, an entry
+        # for its lowest node. Where the cached top was not in rack r it is still the minimum of the
+        # other racks, so the new entry replaces it only if lower; a top in rack r is looked up again.
+        rf = rf_l[r] * 1024
+        seen = 0  # bit f set: count f already has its lowest node (node order)
+        push = heapq.heappush
+        for m in self.members[r]:
+            fm = free_l[m]
+            if fm > 0 and not seen >> fm & 1:
+                seen |= 1 << fm
+                e = (rf + fm) << _NODE_BITS | m
+                push(heaps[fm], e)
+                t = tops[fm]
+                if t < 0 or e < t:
+                    tops[fm] = e
+        self._pushes += seen.bit_count()
+        for f, t in enumerate(tops):
+            if t < 0 or rack_l[t & _NODE_MASK] != r:
+                continue
+            if not (free_l[t & _NODE_MASK] == f and rf + f == t >> _NODE_BITS):
+                h = heaps[f]  # the cached top went stale: the lowest current entry
+                t = -1
+                while h:
+                    e = h[0]
+                    m = e & _NODE_MASK
+                    if free_l[m] == f and rf_l[rack_l[m]] * 1024 + f == e >> _NODE_BITS:
+                        t = e
+                        break
+                    heapq.heappop(h)
+                tops[f] = t
+        if self._pushes > self._limit:
+            self._rebuild()
+
+    def best(self, whole: int) -> int:
+        """The packed (key, node) of the best one-node topology placement for `whole` GPUs (-1: none)."""
+        best = -1
+        for t in self.tops[whole:]:
+            if t >= 0 and (best < 0 or t < best):
+                best = t
+        return best
+
+    def spans(self, whole: int, max_nodes: int) -> bool:
+        """`_topology`'s fewest-nodes test on the live GPUs (False: it would return None)."""
+        return _spans(self.hist, whole, max_nodes)
+
+    def check(self, free: I64, rack: I64, n_racks: int) -> None:
+        """Invariants against the arrays it follows (tests)."""
+        assert self.free_l == free.tolist()
+        rf = np.bincount(rack, weights=free, minlength=n_racks).astype(np.int64)
+        assert self.rf_l == rf.tolist() and self.total == int(free.sum())
+        assert self.hist == np.bincount(free, minlength=len(self.hist)).tolist()
+        key = rf[rack] * 1024 + free
+        for w in range(1, len(self.tops)):
+            cand = np.where(free >= w, key, _BIG)
+            i = int(cand.argmin())
+            want = (int(cand[i]) << _NODE_BITS | i) if cand[i] < _BIG else -1
+            assert self.best(w) == want, (w, self.best(w), want)

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from headway.policy.placement import LiveIndex
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -79,6 +83,9 @@ class ClusterView:
     # [rack] whole free GPUs, kept current by a caller that updates it in place (the simulator): saves a
     # policy pass the bincount over every node. None: the policy computes it.
     rack_free: I64 | None = None
+    # The one-node placements of `free`, kept current by the same caller: a pass's first placement reads
+    # it instead of scanning every node. None: the pass works from the arrays alone.
+    index: LiveIndex | None = None
 
     @property
     def capacity(self) -> float:

@@ -173,14 +173,17 @@ class OnlinePredictor:
         # A job's feature row is fixed once served, so its prediction only changes when the model does.
         cache = self._preds
         ids = list(map(_JOB_ID, jobs))
-        if cache.keys().isdisjoint(ids):  # the usual case at an arrival: all new (a C-level check)
+        # Every cached prediction's job has a served row, so jobs without rows are all new (the usual case
+        # at an arrival; a C-level check) and `_matrix` need not look them up again.
+        unseen = self._rows.keys().isdisjoint(ids)
+        if unseen or cache.keys().isdisjoint(ids):
             todo = list(jobs)
         else:
             todo = [j for j, i in zip(jobs, ids, strict=True) if i not in cache]
             ids = [j.job_id for j in todo]
         vals = None
         if todo:
-            X, cats, tl, pos = self._matrix(todo, ids)
+            X, cats, tl, pos = self._matrix(todo, ids, unseen)
             if self.model is None:
                 p = fallback_predictions(X, tl)
             else:
@@ -245,7 +248,7 @@ class OnlinePredictor:
         return hist, (j.partition, j.priority_class, j.group)
 
     def _matrix(
-        self, jobs: Sequence[SubmittedJob], ids: list[str]
+        self, jobs: Sequence[SubmittedJob], ids: list[str], unseen: bool = False
     ) -> tuple[
         npt.NDArray[np.float64],
         dict[str, npt.NDArray[np.object_]],
@@ -254,10 +257,11 @@ class OnlinePredictor:
     ]:
         """Design inputs for `jobs`: rows already taken are reused; new jobs get theirs in one batch
         (`RollingState.rows`, the same numbers as one `row` call each, in order). Also the job id ->
-        position map of that batch when it is exactly `jobs` (all new, none twice), else None."""
+        position map of that batch when it is exactly `jobs` (all new, none twice), else None. `unseen`:
+        the caller found none of `ids` in `_rows`."""
         n = len(jobs)
         known = self._rows
-        if known.keys().isdisjoint(ids):
+        if unseen or known.keys().isdisjoint(ids):
             fresh = dict(zip(ids, jobs, strict=True))  # a job given twice: fewer entries, rebuilt below
         else:
             fresh = {j.job_id: j for j in jobs if j.job_id not in known}
@@ -293,7 +297,7 @@ class OnlinePredictor:
         submit = np.array(cols["submit_time"], dtype=np.float64)
         gpus = np.array(cols["gpus"], dtype=np.float64)
         nodes = np.array(cols["nodes"], dtype=np.float64)
-        tl = np.array([np.nan if v is None else v for v in cols["time_limit"]], dtype=np.float64)
+        tl = np.array(cols["time_limit"], dtype=np.float64)  # None (no limit) becomes NaN
         X = np.hstack([h_arr, request_features(gpus, nodes, tl, submit)])
         cats = {name: np.empty(n, dtype=object) for name in CATEGORICAL_FEATURES}
         for name in CATEGORICAL_FEATURES:

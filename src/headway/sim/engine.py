@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from headway.policy.placement import placeable
+from headway.policy.placement import LiveIndex
 from headway.policy.policies import Policy
 from headway.policy.snapshot import (
     F64,
@@ -294,22 +294,25 @@ class Engine:
         ref = self.opts.reference
 
         subs: dict[int, SubmittedJob] = {}  # made at arrival, reused at the job's end
+        # Numbers as `array` items (plain ints and floats, cheaper to read than numpy scalars).
+        klass_l, nodes_l = _ints(J.klass), _ints(J.nodes)
+        limit_l = array("d", J.time_limit.astype(np.float64).tobytes())
 
         def submitted(k: int) -> SubmittedJob:
             sj = subs.get(k)
             if sj is not None:
                 return sj
-            tl_ = float(J.time_limit[k])
+            tl_ = limit_l[k]
             sj = subs[k] = SubmittedJob(
                 str(J.job_id[k]),
                 J.users[user_a[k]],
                 J.group[k],
                 J.name[k],
                 J.partition[k],
-                J.classes[J.klass[k]],
+                J.classes[klass_l[k]],
                 ep0 + submit[k],
                 gpus_a[k],
-                int(J.nodes[k]),
+                nodes_l[k],
                 None if math.isnan(tl_) else tl_,
             )
             return sj
@@ -382,8 +385,15 @@ class Engine:
                 node_free(nd, int(C.free[nd]))
             else:
                 C.release(used, 0)
-                for nd, _ in used:
+                if len(used) == 1:
+                    nd = used[0][0]
                     node_free(nd, free_l[nd] + 1)
+                else:  # one update per node (`take` lists a node's GPUs together)
+                    per_node: dict[int, int] = {}
+                    for nd, _ in used:
+                        per_node[nd] = per_node.get(nd, 0) + 1
+                    for nd, c in per_node.items():
+                        node_free(nd, free_l[nd] + c)
             g = gpus_a[k]
             rate[user_a[k]] -= g
             attained[k] += g * (now - run_start[k])
@@ -398,6 +408,9 @@ class Engine:
         for f in free_l:
             free_hist[f] += 1
         free_tot = sum(free_l)
+        # The one-node placements, kept with them for the policy's passes (ClusterView.index).
+        live = LiveIndex(C.free, C.rack, C.n_racks) if not ref and LiveIndex.supports(C.node_gpus) else None
+        live_set = live.set_free if live is not None else None
 
         def node_free(nd: int, now_free: int) -> None:
             """Node `nd` has `now_free` whole free GPUs now (after an allocate or release)."""
@@ -408,12 +421,25 @@ class Engine:
             free_hist[now_free] += 1
             free_tot += now_free - was
             rack_free[rack_of[nd]] += now_free - was
+            if live_set is not None:
+                live_set(nd, now_free)
 
         def max_free() -> int:
             f = len(free_hist) - 1
             while f > 0 and not free_hist[f]:
                 f -= 1
             return f
+
+        def fits_on_fullest(w: int, m: int) -> bool:
+            """Whether the m nodes with the most free GPUs hold w GPUs together."""
+            acc = 0
+            for f in range(len(free_hist) - 1, 0, -1):
+                c = free_hist[f]
+                if c >= m:
+                    return acc + f * m >= w
+                acc += f * c
+                m -= c
+            return acc >= w
 
         def could_start() -> bool:
             """Cheap test: can any pending job be placed on the free GPUs at all?"""
@@ -433,8 +459,17 @@ class Engine:
             if free_total <= 0 or pend.n == 0:
                 return 0.0
             ftot = free_tot
+            fmax = -1
             for w, m in pend_sizes:
-                if w <= ftot and not placeable(C.free, C.share, float(w), m):
+                if w > ftot:
+                    continue
+                # `placeable` from the histogram of free counts (the same integers): the largest node
+                # holds it, or the m fullest nodes together do.
+                if fmax < 0:
+                    fmax = max_free()
+                if w <= fmax:
+                    continue
+                if m == 1 or not fits_on_fullest(w, m):
                     return free_total
             if pend_milli:
                 free_share = float(C.share[C.share > 0].sum())
@@ -448,7 +483,14 @@ class Engine:
         preemptible = _ro(np.ones(max(n, 1), dtype=bool))
         cv = C.view()
         cview = ClusterView(
-            cv.share, cv.free, cv.owner, cv.node_gpus, cv.rack, cv.n_racks, None if ref else _ro(rack_free)
+            cv.share,
+            cv.free,
+            cv.owner,
+            cv.node_gpus,
+            cv.rack,
+            cv.n_racks,
+            None if ref else _ro(rack_free),
+            live,
         )
 
         p_cols: tuple[str, ...] = ("job_id", "user", "klass", "submit", "gpus", "max_nodes", "time_limit")
@@ -463,6 +505,10 @@ class Engine:
         p_oracle_ok = (pend.cols if copies else pend.ro)["oracle_ok"] if pol.oracle else None
         p_name_key = pend.cols["name_key"]
 
+        p_views: dict[int, tuple[I64, list[np.ndarray], F64 | None, npt.NDArray[np.bool_] | None]] = {}
+        r_views: dict[int, RunningJobs] = {}
+        ro_usage = _ro(usage)  # advance_usage writes `usage` in place
+
         def snapshot(now: float) -> Snapshot:
             """Read-only slices of the live columns (valid while the policy runs), or copies."""
             m, k = pend.n, runb.n
@@ -475,16 +521,44 @@ class Engine:
                     None if p_oracle_ok is None else p_oracle_ok[:m].copy(),
                 )
                 running = _running(r_keys[:k].copy(), [a[:k].copy() for a in r_src], preemptible[:k])
-            else:
-                pending = _pending(
+                return Snapshot(
+                    now, passes, pending, running, cview, J.users, J.classes, usage.copy(), ro_users
+                )
+            # Views of the live buffers show their current contents, so the views for a length are made
+            # once and reused (RunningJobs whole; PendingJobs but for its fail streaks, gathered anew).
+            pv = p_views.get(m)
+            if pv is None:
+                if len(p_views) >= 4096:
+                    p_views.clear()
+                pv = p_views[m] = (
                     p_keys[:m],
                     [a[:m] for a in p_src],
-                    streak[p_name_key[:m]],
                     None if p_oracle is None else p_oracle[:m],
                     None if p_oracle_ok is None else p_oracle_ok[:m],
                 )
-                running = _running(r_keys[:k], [a[:k] for a in r_src], preemptible[:k])
-            return Snapshot(now, passes, pending, running, cview, J.users, J.classes, usage.copy(), ro_users)
+            pending = _pending(pv[0], pv[1], streak[p_name_key[:m]], pv[2], pv[3])
+            got = r_views.get(k)
+            if got is None:
+                if len(r_views) >= 4096:
+                    r_views.clear()
+                got = r_views[k] = _running(r_keys[:k], [a[:k] for a in r_src], preemptible[:k])
+            running = got
+            return Snapshot(now, passes, pending, running, cview, J.users, J.classes, ro_usage, ro_users)
+
+        # Wake-up times in the heap -> how many were asked for. A pass asks for its earliest starvation
+        # deadline again and again; copies of one time are popped at the same instant anyway (a wake-up
+        # is always in the future), so one heap entry stands for all of them and `events` counts each.
+        wakes: dict[float, int] = {}
+
+        def wake(t: float) -> None:
+            nonlocal seq
+            seq += 1
+            c = wakes.get(t)
+            if c is None:
+                wakes[t] = 1
+                heapq.heappush(heap, (t, PASS, seq, -1, 0))
+            else:
+                wakes[t] = c + 1
 
         def apply(dec: Decision, now: float) -> None:
             nonlocal seq
@@ -520,8 +594,7 @@ class Engine:
                 seq += 1
                 heapq.heappush(heap, (e, END, seq, k, epoch[k]))
             if dec.wake_at is not None and dec.wake_at > now:
-                seq += 1
-                heapq.heappush(heap, (dec.wake_at, PASS, seq, -1, 0))
+                wake(dec.wake_at)
 
         name_key_a = _ints(J.name_key)
         observe_end = self.predictor.observe_end
@@ -571,7 +644,7 @@ class Engine:
             woke = False
             while heap and heap[0][0] == now and heap[0][1] == PASS:
                 heapq.heappop(heap)
-                events += 1
+                events += wakes.pop(now)
                 # A wake-up for a queue that has emptied since it was asked for changes nothing.
                 woke = woke or pend.n > 0 or bool(arrivals)
             changed = changed or woke
@@ -611,14 +684,15 @@ class Engine:
                     C.validate()
                     assert (rack_free == np.bincount(C.rack, weights=C.free, minlength=C.n_racks)).all()
                     assert free_l == C.free.tolist() and free_tot == int(C.free.sum())
+                    if live is not None:
+                        live.check(C.free, C.rack, C.n_racks)
             elif pend.n and has_wake and (arrivals or woke):
                 # No pass, but the policy may want one later (a starvation deadline): only new jobs or
                 # a spent wake-up can move its earliest request, as the queue otherwise only shrinks.
                 snap = snapshot(now)
                 w = pol.wake_at(snap)
                 if w is not None and w > now:
-                    seq += 1
-                    heapq.heappush(heap, (w, PASS, seq, -1, 0))
+                    wake(w)
             frag = frag_now()
             busy = C.busy
             tl_now(now)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from headway.policy.placement import fits_empty, max_nodes_for
 from headway.policy.policies import get_policy
-from headway.predict.api import OnlinePredictor
+from headway.predict.api import EndedJob, OnlinePredictor, Predictions, SubmittedJob
 from headway.schema import conform
 from headway.sim.cluster import Cluster, ClusterSpec
 from headway.sim.engine import Engine, EngineOptions, JobArrays, Truth
@@ -41,6 +41,21 @@ def default_predictor_factory() -> OnlinePredictor:
             inst: OnlinePredictor = cls()
             return inst
     raise RuntimeError("headway.predict.online has no predictor factory")
+
+
+class NoPredictor:
+    """For a policy that never reads predictions: no model to train, NaN predictions (what the replay
+    records as the predictions that policy saw)."""
+
+    def predict(self, jobs: Sequence[SubmittedJob], now: float) -> Predictions:
+        nan = np.full(len(jobs), np.nan)
+        return Predictions(nan, nan, nan, nan)
+
+    def observe_end(self, ended: EndedJob) -> None:
+        pass
+
+    def maybe_retrain(self, now: float) -> bool:
+        return False
 
 
 def _seconds(col: pa.ChunkedArray) -> np.ndarray:
@@ -167,7 +182,7 @@ def run_simulation(
     placement: str | None = None,
     load: float | None = None,
     seed: int = 0,
-    predictor_factory: Callable[[], OnlinePredictor] = default_predictor_factory,
+    predictor_factory: Callable[[], OnlinePredictor] | None = None,
     explain: set[str] | frozenset[str] = frozenset(),
     include_cpu: bool = False,
     progress: Callable[[int, int], None] | None = None,
@@ -179,8 +194,14 @@ def run_simulation(
     `seed` seeds numpy's global generator for predictors that draw random numbers; the engine itself
     is deterministic (ties break by submit order and event sequence). `progress(done, total)` is called
     as jobs end. Raises ValueError for an unknown policy or placement, or a bad load.
+
+    `predictor_factory` None: the project's online predictor for a policy that reads predictions, none
+    for one that never does (`Policy.uses_predictions`; its decisions are the same either way). A
+    predictor given explicitly is always consulted.
     """
     pol = get_policy(policy, placement, **(policy_options or {}))
+    if predictor_factory is None:
+        predictor_factory = default_predictor_factory if pol.uses_predictions else NoPredictor
     arrays, truth, excluded, counts, natural, final = prepare(
         jobs, cluster_spec, load=load, include_cpu=include_cpu
     )
