@@ -434,12 +434,17 @@ def run_policies(
     n_workers = min(n_workers, len(policies))
     results: list[SimResult] = []
     with _progress(quiet) as progress:
-        tasks = {pol: progress.add_task(pol, total=jobs.num_rows) for pol in policies}
-        if n_workers > 1:
+        # In parallel, a policy's clock starts with its first progress report, not while it queues.
+        parallel = n_workers > 1
+        tasks = {pol: progress.add_task(pol, total=jobs.num_rows, start=not parallel) for pol in policies}
+        if parallel:
             args = RunArgs(jobs, spec, placement, load, seed, frozenset(explain), include_cpu)
 
             def on_progress(pol: str, done: int, total: int) -> None:
-                progress.update(tasks[pol], completed=done, total=total)
+                task = tasks[pol]
+                if progress.tasks[task].start_time is None:
+                    progress.start_task(task)
+                progress.update(task, completed=done, total=total)
 
             try:
                 results = run_parallel(args, policies, n_workers, on_progress)

@@ -674,7 +674,7 @@ class Impact(Policy):
     # (taken as its median) and p90; "point", the predicted runtime itself. Ordering by expected
     # processing time is what minimises mean completion time without preemption (Smith's rule on
     # expectations), and a right-skewed runtime's mean lies above its typical value.
-    runtime_estimate: str = "point"
+    runtime_estimate: str = "mean"
 
     def __post_init__(self) -> None:
         super().__post_init__()

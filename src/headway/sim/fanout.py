@@ -95,6 +95,7 @@ def _run_one(policy: str) -> SimResult:
     def progress(done: int, total: int) -> None:
         q.put((policy, done, total))
 
+    progress(0, args.jobs.num_rows)  # started: the parent starts this policy's clock
     try:
         return run_simulation(
             args.jobs,
