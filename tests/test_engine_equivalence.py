@@ -131,7 +131,11 @@ def _options(reference: bool) -> EngineOptions:
 
 
 def replay(
-    policy: str, placement: str, reference: bool = False, options: dict[str, Any] | None = None
+    policy: str,
+    placement: str,
+    reference: bool = False,
+    options: dict[str, Any] | None = None,
+    factory: type = UserMean,
 ) -> SimResult:
     return run_simulation(
         make_jobs(mixed_rows(TRACE_JOBS, TRACE_SEED)),
@@ -139,7 +143,7 @@ def replay(
         policy=policy,
         placement=placement,
         load=LOAD,
-        predictor_factory=UserMean,
+        predictor_factory=factory,
         engine_options=_options(reference),
         policy_options=options,
     )

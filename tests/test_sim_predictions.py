@@ -10,8 +10,8 @@ from headway.sim.cluster import ClusterSpec
 from headway.sim.result import SimResult
 from headway.sim.run import NoPredictor, run_simulation
 from headway.sim.synth import generate
-from test_engine_equivalence import LOAD, SPEC, TRACE_JOBS, TRACE_SEED, UserMean, mixed_rows
-from test_engine_helpers import make_jobs
+from test_engine_equivalence import UserMean
+from test_engine_equivalence import replay as equivalence_replay
 
 SCHEDULE = ("job_id", "start", "end", "nodes_used", "racks_used", "preemptions", "restarts")
 BLIND = sorted(name for name, cls in POLICIES.items() if not cls.uses_predictions)
@@ -24,14 +24,8 @@ def schedule(res: SimResult) -> tuple[list[list[object]], list[list[object]]]:
 
 
 def replay(policy: str, placement: str, factory: type) -> SimResult:
-    return run_simulation(
-        make_jobs(mixed_rows(TRACE_JOBS, TRACE_SEED)),
-        SPEC,
-        policy=policy,
-        placement=placement,
-        load=LOAD,
-        predictor_factory=factory,
-    )
+    """The equivalence tests' mixed 400-job replay (with their engine checks on) under `factory`."""
+    return equivalence_replay(policy, placement, factory=factory)
 
 
 def test_the_prediction_blind_policies_are_the_baselines() -> None:
