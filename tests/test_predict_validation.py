@@ -102,3 +102,12 @@ def test_recent_prior_starts_a_new_user_at_the_clusters_recent_rate() -> None:
     assert p_recent == pytest.approx(200 / 500)  # the last 500 ends: 200 successes, then 300 failures
     off = offsets(X, np.array([np.nan]), prior="recent")["p_success"][0]
     assert off == pytest.approx(np.log(p_recent / (1 - p_recent)))
+
+
+def test_user_days_keep_users_and_days_apart_and_jobs_without_a_user_alone(frame) -> None:  # type: ignore[no-untyped-def]
+    tf = frame.take(np.arange(5))
+    tf.user = np.array(["u1", "u", None, "u1", None], dtype=object)
+    tf.submit = np.array([9.0, 19.0, 0.0, 9.5, 0.0]) * 86400.0  # "u1" + "9" reads like "u" + "19"
+    block = user_days(tf).tolist()
+    assert block[0] == block[3]  # one user, one day
+    assert len({block[0], block[1], block[2], block[4]}) == 4

@@ -215,9 +215,11 @@ def user_days(tf: FeatureFrame) -> npt.NDArray[np.int64]:
     block). A user's jobs of one day tend to succeed or fail together (a sweep, a broken environment),
     so these, not single jobs, are the independent units of a test set."""
     day = np.floor(tf.submit / 86400.0).astype(np.int64)
-    who = np.array([u if u is not None else f"\0job{i}" for i, u in enumerate(tf.user)], dtype=object)
-    _, block = np.unique(np.char.add(who.astype(str), day.astype(str)), return_inverse=True)
-    return block.astype(np.int64)
+    users = {u: i for i, u in enumerate(dict.fromkeys(u for u in tf.user if u is not None))}
+    who = np.array([users[u] if u is not None else len(users) + i for i, u in enumerate(tf.user)])
+    pairs = np.stack([who.astype(np.int64), day], axis=1).reshape(-1, 2)
+    _, block = np.unique(pairs, axis=0, return_inverse=True)
+    return block.reshape(-1).astype(np.int64)
 
 
 def noise(tf: FeatureFrame, pred: Predictions, rounds: int = BOOTSTRAP, seed: int = 0) -> dict[str, Any]:

@@ -125,13 +125,13 @@ def run_parallel(
     progress_q = ctx.Queue()
     futures: dict[Future[SimResult], str] = {}
 
-    def drain(block_s: float) -> None:
+    def drain() -> None:
+        """Hand every progress report waiting in the queue to `on_progress`."""
         try:
-            item = progress_q.get(timeout=block_s) if block_s > 0 else progress_q.get_nowait()
             while True:
+                item = progress_q.get_nowait()
                 if on_progress is not None:
                     on_progress(*item)
-                item = progress_q.get_nowait()
         except queue_mod.Empty:
             pass
 
@@ -147,12 +147,12 @@ def run_parallel(
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                drain(0.0)
+                drain()
                 for fut in done:
                     fut.result()  # raise the first failure now
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
-        drain(0.0)
+        drain()
     by_policy = {pol: fut.result() for fut, pol in futures.items()}
     return [by_policy[p] for p in policies]
