@@ -101,3 +101,29 @@ def test_mark_trained_counts_retraining_from_a_loaded_model() -> None:
     p.mark_trained(100.0)
     assert p.state.ended == 5  # the clock moved past every reported end
     assert not p.maybe_retrain(101.0)  # nothing new since the loaded model, and not a day later
+
+
+def test_a_retraining_sees_the_newest_examples_after_old_ones_are_dropped() -> None:
+    def replay(max_rows: int) -> OnlinePredictor:
+        p = OnlinePredictor(config=TrainConfig(max_rows=max_rows))
+        for i in range(2500):
+            j = SubmittedJob(
+                str(i), f"u{i % 7}", "g", f"n{i % 5}", None, None, 10.0 * i, 1.0 + i % 3, 1, None
+            )
+            p.predict([j], now=j.submit_time)
+            p.observe_end(
+                EndedJob(j, j.submit_time, j.submit_time + 5.0 + i % 11, ("COMPLETED", "FAILED")[i % 3 == 0])
+            )
+        p.predict([], now=1e9)
+        return p
+
+    trimmed, whole = replay(300), replay(10**6)
+    assert len(whole._history) == 2500 and len(trimmed._history) < 2500  # old examples were dropped
+    got, want = trimmed._history.frame(300), whole._history.frame(300)
+    assert got.job_id.tolist() == [str(i) for i in range(2200, 2500)]
+    for f in ("X", "submit", "start", "end", "time_limit", "gpus"):
+        np.testing.assert_array_equal(getattr(got, f), getattr(want, f))
+    for f in ("job_id", "user", "name", "state"):
+        assert getattr(got, f).tolist() == getattr(want, f).tolist()
+    assert {k: v.tolist() for k, v in got.cats.items()} == {k: v.tolist() for k, v in want.cats.items()}
+    assert got.runtime.tolist() == [5.0 + i % 11 for i in range(2200, 2500)]

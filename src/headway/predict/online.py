@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
@@ -64,40 +63,75 @@ def _cats(r: _Row, job_id: str) -> tuple[str | None, ...]:
     return r[1]
 
 
-@dataclass(slots=True)
-class _History:
-    """Training examples collected online: the served feature row and what happened."""
+_NUM = len(HISTORY_FEATURES)  # the buffer's columns: the served history row, then _SCALARS
+_SCALARS = 6  # submit, time limit (NaN: none), GPUs, nodes, start, end
 
-    hist: list[Sequence[float]] = field(default_factory=list)
-    cats: list[tuple[str | None, ...]] = field(default_factory=list)
-    jobs: list[SubmittedJob] = field(default_factory=list)
-    start: list[float] = field(default_factory=list)
-    end: list[float] = field(default_factory=list)
-    state: list[str] = field(default_factory=list)
+
+class _History:
+    """Training examples collected online: the served feature row and what happened.
+
+    Numbers go into one float64 buffer that grows by doubling, so a retraining slices it instead of
+    converting up to `max_rows` Python rows (that conversion was about a third of a long replay with
+    the online predictor). Only the newest `2 x keep` examples are kept: `frame` never reads older ones."""
+
+    __slots__ = ("_buf", "_n", "cats", "job_id", "keep", "name", "state", "user")
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._buf = np.empty((1024, _NUM + _SCALARS), dtype=np.float64)
+        self._n = 0
+        self.cats: tuple[list[str | None], ...] = tuple([] for _ in CATEGORICAL_FEATURES)
+        self.job_id: list[str] = []
+        self.user: list[str | None] = []
+        self.name: list[str | None] = []
+        self.state: list[str] = []
 
     def __len__(self) -> int:
-        return len(self.jobs)
+        return self._n
+
+    def append(
+        self, hist: Sequence[float], cats: tuple[str | None, ...], j: SubmittedJob, e: EndedJob
+    ) -> None:
+        n = self._n
+        if n == len(self._buf):
+            if n >= 2 * self.keep:  # drop what `frame` can no longer read
+                drop = n - self.keep
+                self._buf[: n - drop] = self._buf[drop:n]
+                cols: list[list[Any]] = [*self.cats, self.job_id, self.user, self.name, self.state]
+                for col in cols:
+                    del col[:drop]
+                n -= drop
+            else:
+                grown = np.empty((2 * n, _NUM + _SCALARS), dtype=np.float64)
+                grown[:n] = self._buf[:n]
+                self._buf = grown
+        row = self._buf[n]
+        row[:_NUM] = hist
+        tl = np.nan if j.time_limit is None else j.time_limit
+        row[_NUM:] = (j.submit_time, tl, j.gpus, j.nodes, e.start_time, e.end_time)
+        for col, v in zip(self.cats, cats, strict=True):
+            col.append(v)
+        self.job_id.append(j.job_id)
+        self.user.append(j.user)
+        self.name.append(j.name)
+        self.state.append(e.state)
+        self._n = n + 1
 
     def frame(self, keep: int) -> FeatureFrame:
-        sl = slice(max(0, len(self) - keep), len(self))
-        jobs = self.jobs[sl]
-        obj = lambda xs: np.asarray(list(xs), dtype=object)  # noqa: E731
-        submit = np.array([j.submit_time for j in jobs], dtype=np.float64)
-        tl = np.array([np.nan if j.time_limit is None else j.time_limit for j in jobs], dtype=np.float64)
-        gpus = np.array([j.gpus for j in jobs], dtype=np.float64)
-        nodes = np.array([j.nodes for j in jobs], dtype=np.float64)
-        h = np.array(self.hist[sl], dtype=np.float64).reshape(len(jobs), len(HISTORY_FEATURES))
-        cats = list(zip(*self.cats[sl], strict=True)) if jobs else [()] * len(CATEGORICAL_FEATURES)
+        a = max(0, self._n - keep)
+        b = self._buf[a : self._n]
+        obj = lambda xs: np.asarray(xs[a:], dtype=object)  # noqa: E731
+        submit, tl, gpus, nodes = (np.ascontiguousarray(b[:, _NUM + k]) for k in range(4))
         return FeatureFrame(
-            X=np.hstack([h, request_features(gpus, nodes, tl, submit)]),
-            cats={name: obj(col) for name, col in zip(CATEGORICAL_FEATURES, cats, strict=True)},
-            job_id=obj(j.job_id for j in jobs),
-            user=obj(j.user for j in jobs),
-            name=obj(j.name for j in jobs),
+            X=np.hstack([b[:, :_NUM], request_features(gpus, nodes, tl, submit)]),
+            cats={name: obj(col) for name, col in zip(CATEGORICAL_FEATURES, self.cats, strict=True)},
+            job_id=obj(self.job_id),
+            user=obj(self.user),
+            name=obj(self.name),
             submit=submit,
-            start=np.array(self.start[sl], dtype=np.float64),
-            end=np.array(self.end[sl], dtype=np.float64),
-            state=obj(self.state[sl]),
+            start=b[:, _NUM + 4].copy(),
+            end=b[:, _NUM + 5].copy(),
+            state=obj(self.state),
             time_limit=tl,
             gpus=gpus,
         )
@@ -147,7 +181,7 @@ class OnlinePredictor:
         self._preds: dict[str, _Batch] = {}  # job id -> the batch whose `hist` holds its 4 predictions
         self._ends: list[tuple[float, int, EndedJob]] = []  # ends reported but not yet in the past
         self._seq = 0
-        self._history = _History()
+        self._history = _History(config.max_rows)
         self._new_since_train = 0
         self._last_train: float | None = None
         self._now = -np.inf
@@ -234,13 +268,7 @@ class OnlinePredictor:
             row = self._rows.pop(j.job_id, None) or self._row(j)
             self._preds.pop(j.job_id, None)
             self.state.observe_end(j.user, j.group, j.name, j.gpus, e.start_time, e.end_time, e.state)
-            h = self._history
-            h.hist.append(_hist(row, j.job_id))
-            h.cats.append(_cats(row, j.job_id))
-            h.jobs.append(j)
-            h.start.append(e.start_time)
-            h.end.append(e.end_time)
-            h.state.append(e.state)
+            self._history.append(_hist(row, j.job_id), _cats(row, j.job_id), j, e)
             self._new_since_train += 1
 
     def _row(self, j: SubmittedJob) -> _Row:
