@@ -21,6 +21,7 @@ import psutil
 
 from headway.predict.api import EndedJob, Predictions, SubmittedJob
 from headway.sim.cluster import ClusterSpec
+from headway.sim.engine import EngineOptions
 from headway.sim.run import default_predictor_factory, run_simulation
 
 
@@ -67,6 +68,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--predictor", choices=("mean", "online"), default="mean")
     ap.add_argument("--profile", action="store_true", help="run under cProfile and print the top entries")
+    ap.add_argument(
+        "--full-passes",
+        action="store_true",
+        help="no shortcut for a queue of one job that fits (EngineOptions.single_fast off): same results",
+    )
     a = ap.parse_args()
 
     from headway.sim.synth import generate
@@ -76,6 +82,7 @@ def main() -> None:
     t_gen = time.perf_counter() - t0
     spec = ClusterSpec.from_flags(a.nodes, a.gpus_per_node, 8)
     factory = UserMeanPredictor if a.predictor == "mean" else default_predictor_factory
+    opts = EngineOptions(single_fast=not a.full_passes)
     proc = psutil.Process()
     rss0 = proc.memory_info().rss
     t1 = time.perf_counter()
@@ -86,11 +93,25 @@ def main() -> None:
 
         prof = cProfile.Profile()
         res = prof.runcall(
-            run_simulation, jobs, spec, policy=a.policy, load=a.load, predictor_factory=factory
+            run_simulation,
+            jobs,
+            spec,
+            policy=a.policy,
+            load=a.load,
+            predictor_factory=factory,
+            engine_options=opts,
         )
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     else:
-        res = run_simulation(jobs, spec, policy=a.policy, load=a.load, seed=a.seed, predictor_factory=factory)
+        res = run_simulation(
+            jobs,
+            spec,
+            policy=a.policy,
+            load=a.load,
+            seed=a.seed,
+            predictor_factory=factory,
+            engine_options=opts,
+        )
     wall = time.perf_counter() - t1
     cpu = time.process_time() - c1
     rss = proc.memory_info().rss
@@ -114,6 +135,7 @@ def main() -> None:
         "rss_mb": round(rss / 2**20),
         "rss_growth_mb": round((rss - rss0) / 2**20),
         "predictor": a.predictor,
+        "full_passes": a.full_passes,
     }
     gpus = int(res.capacity_gpus)
     print(f"{n:,} jobs under {a.policy} ({res.placement}) on {gpus:,} GPUs at load {res.load:.2f}")

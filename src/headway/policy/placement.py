@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -127,7 +128,7 @@ def _largest_first(free: I64, g: int, max_nodes: int) -> Allocation | None:
     return _counts(free, order[:k].tolist(), g)
 
 
-def _counts(free: I64, nodes: list[int], g: int) -> Allocation:
+def _counts(free: I64 | list[int], nodes: list[int], g: int) -> Allocation:
     counts: list[int] = []
     left = g
     for n in nodes:
@@ -137,11 +138,11 @@ def _counts(free: I64, nodes: list[int], g: int) -> Allocation:
     return Allocation(tuple(nodes), tuple(counts))
 
 
-def _tightest_for_rest(free: I64, chosen: list[int], candidates: list[int], rest: int) -> int | None:
+def _tightest_for_rest(free: list[int], chosen: list[int], candidates: list[int], rest: int) -> int | None:
     best, best_free = None, None
     taken = set(chosen)
     for n in candidates:
-        f = int(free[n])
+        f = free[n]
         if n in taken or f < rest:
             continue
         if best_free is None or f < best_free:
@@ -160,8 +161,23 @@ def _topology(
         return Allocation((i,), (g,))
     if max_nodes == 1:
         return None
+    return _spread(free, rack, n_racks, g, max_nodes, rack_free, np.bincount(free).tolist())
+
+
+def _spread(
+    free: I64,
+    rack: I64,
+    n_racks: int,
+    g: int,
+    max_nodes: int,
+    rack_free: I64 | None,
+    hist: list[int],
+    free_l: list[int] | None = None,
+    members: list[list[int]] | None = None,
+) -> Allocation | None:
+    """`_topology` for a gang no single node holds, given the nodes per free count (`hist`) and, when
+    the caller keeps them, `free` as a list and the racks' members (a live index has all three)."""
     # Fewest nodes possible: the fullest nodes first (counted from the histogram of free counts).
-    hist = np.bincount(free).tolist()
     k, acc = 0, 0
     for f in range(len(hist) - 1, 0, -1):
         c = hist[f]
@@ -179,13 +195,15 @@ def _topology(
     cand = np.flatnonzero(total >= g)
     nodes: list[int] | None = None
     if len(cand):
-        free_l = free.tolist()
-        members = _rack_members(rack, n_racks)
+        if free_l is None:
+            free_l = free.tolist()
+        if members is None:
+            members = _rack_members(rack, n_racks)
         tot = total[cand].tolist()
         for _, r in sorted(zip(tot, cand.tolist(), strict=True)):
-            in_rack = sorted(members[r], key=lambda n: -free_l[n])  # stable: ties by node index
-            if sum(free_l[n] for n in in_rack[:k]) >= g:
-                nodes = in_rack
+            # the rack's k largest free counts hold it (the counts alone, before ordering its nodes)
+            if sum(sorted(map(free_l.__getitem__, members[r]), reverse=True)[:k]) >= g:
+                nodes = sorted(members[r], key=lambda n: -free_l[n])  # stable: ties by node index
                 break
     if nodes is None:  # no rack holds it: the fullest nodes anywhere, the tightest node for the rest
         order = np.argsort(-free, kind="stable")
@@ -198,12 +216,13 @@ def _topology(
             return _counts(free, order[:k].tolist(), g)
         tight = int(order[int(np.argmin(np.where(room, by_free, _BIG)))])  # first of the tightest
         return _counts(free, [*chosen, tight], g)
+    assert free_l is not None  # made above with `nodes`; the same counts as `free`, read as a list
     chosen = nodes[: k - 1]
-    rest = g - int(free[chosen].sum()) if chosen else g
-    last = _tightest_for_rest(free, chosen, nodes, rest)
+    rest = g - sum(free_l[n] for n in chosen)
+    last = _tightest_for_rest(free_l, chosen, nodes, rest)
     if last is None:  # cannot happen when the first k nodes hold it; keep the safe answer
-        return _counts(free, nodes[:k], g)
-    return _counts(free, [*chosen, last], g)
+        return _counts(free_l, nodes[:k], g)
+    return _counts(free_l, [*chosen, last], g)
 
 
 def _spans(hist: list[int], whole: int, max_nodes: int) -> bool:
@@ -246,12 +265,29 @@ def take(free: I64, share: I64, alloc: Allocation) -> list[tuple[int, int]]:
         share[n, gi] -= alloc.frac_milli
         used.append((n, gi))
         return used
-    for n, c in zip(alloc.nodes, alloc.counts, strict=True):
+    nodes, counts = alloc.nodes, alloc.counts
+    if len(nodes) == 1 and counts[0] == 1 and share.shape[1] <= 64:  # one GPU: the first free one
+        n = nodes[0]
         row = share[n]
+        row_l = row.tolist()
+        if FULL_SHARE in row_l:
+            a = row_l.index(FULL_SHARE)
+            row[a] = 0
+            free[n] -= 1
+            return [(n, a)]
+    for n, c in zip(nodes, counts, strict=True):
+        row = share[n]
+        idx_l: Sequence[int]
         if len(row) <= 64:  # a node's few GPUs: a plain scan beats three numpy calls
-            idx_l = [gi for gi, v in enumerate(row.tolist()) if v == FULL_SHARE][:c]
-            for gi in idx_l:
-                row[gi] = 0
+            row_l = row.tolist()
+            a = row_l.index(FULL_SHARE) if c and FULL_SHARE in row_l else -1
+            if a >= 0 and row_l[a : a + c] == [FULL_SHARE] * c:  # the first c free GPUs are consecutive
+                row[a : a + c] = 0
+                idx_l = range(a, a + c)
+            else:
+                idx_l = [gi for gi, v in enumerate(row_l) if v == FULL_SHARE][:c]
+                for gi in idx_l:
+                    row[gi] = 0
         else:
             idx = (row == FULL_SHARE).nonzero()[0][:c]
             row[idx] = 0
@@ -508,11 +544,24 @@ class FreeIndex:
                 if best >= 0:
                     return _one_node(best & _NODE_MASK, whole)
             elif self._live is not None and not self._owned:  # no take yet: the live GPUs' best node
-                best = self._live.best(whole)
+                live = self._live
+                best = live.best(whole)
                 if best >= 0:
                     return _one_node(best & _NODE_MASK, whole)
-                if max_nodes > 1 and not self._spans(self._live.hist, whole, max_nodes):
-                    return None
+                if max_nodes > 1:  # no node holds it: `_topology`'s spread, on the live lists
+                    if not self._spans(live.hist, whole, max_nodes):
+                        return None
+                    return _spread(
+                        self.free,
+                        self.rack,
+                        self.n_racks,
+                        whole,
+                        max_nodes,
+                        self.rack_free,
+                        live.hist,
+                        live.free_l,
+                        live.members,
+                    )
             else:
                 cand = np.where(self.free >= whole, self._node_key(), _BIG)
                 i = int(cand.argmin())
@@ -818,6 +867,8 @@ class LiveIndex:
         # Every entry of rack r went stale (its total moved): push, per free count in the rack, an entry
         # for its lowest node. Where the cached top was not in rack r it is still the minimum of the
         # other racks, so the new entry replaces it only if lower; a top in rack r is looked up again.
+        # Only the counts rack r has now, and `was`, can have had their top in rack r (no other node
+        # changed), and such a top went stale with the rack's total.
         rf = rf_l[r] * 1024
         seen = 0  # bit f set: count f already has its lowest node (node order)
         push = heapq.heappush
@@ -830,23 +881,26 @@ class LiveIndex:
                 t = tops[fm]
                 if t < 0 or e < t:
                     tops[fm] = e
+                elif rack_l[t & _NODE_MASK] == r:
+                    tops[fm] = self._valid_top(fm)
+        if was > 0 and not seen >> was & 1:
+            t = tops[was]
+            if t >= 0 and rack_l[t & _NODE_MASK] == r:
+                tops[was] = self._valid_top(was)
         self._pushes += seen.bit_count()
-        for f, t in enumerate(tops):
-            if t < 0 or rack_l[t & _NODE_MASK] != r:
-                continue
-            if not (free_l[t & _NODE_MASK] == f and rf + f == t >> _NODE_BITS):
-                h = heaps[f]  # the cached top went stale: the lowest current entry
-                t = -1
-                while h:
-                    e = h[0]
-                    m = e & _NODE_MASK
-                    if free_l[m] == f and rf_l[rack_l[m]] * 1024 + f == e >> _NODE_BITS:
-                        t = e
-                        break
-                    heapq.heappop(h)
-                tops[f] = t
         if self._pushes > self._limit:
             self._rebuild()
+
+    def _valid_top(self, f: int) -> int:
+        """The lowest current entry of count f's heap (-1: none), dropping stale ones above it."""
+        h, free_l, rf_l, rack_l = self.heaps[f], self.free_l, self.rf_l, self.rack_l
+        while h:
+            e = h[0]
+            m = e & _NODE_MASK
+            if free_l[m] == f and rf_l[rack_l[m]] * 1024 + f == e >> _NODE_BITS:
+                return e
+            heapq.heappop(h)
+        return -1
 
     def best(self, whole: int) -> int:
         """The packed (key, node) of the best one-node topology placement for `whole` GPUs (-1: none)."""

@@ -9,6 +9,7 @@ GPUs, and, for policies with a reservation, plans it and backfills around it (do
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import ClassVar
@@ -22,6 +23,7 @@ from headway.policy.snapshot import (
     FULL_SHARE,
     I64,
     Allocation,
+    ClusterView,
     Decision,
     Ranking,
     Reservation,
@@ -120,6 +122,23 @@ class Policy:
     def wake_at(self, snap: Snapshot) -> float | None:
         return None
 
+    # Whether a pass over a queue of one job that fits is exactly that start plus `wake_one`, and a pass
+    # where no pending job can be placed is only its `wake_at` (true of every policy here but a
+    # preemptive one): a simulator may then skip the snapshot and the pass and place the job through
+    # `place_one`, the pass's own placement (tests/test_engine_fastpath.py). A subclass that overrides
+    # `wake_at` must override `wake_one` too.
+    single_fast: ClassVar[bool] = False
+
+    def place_one(self, view: ClusterView, gpus: float, max_nodes: int) -> Allocation | None:
+        """Where `decide` starts a queue of one job on `view` (None: it does not fit now), by the same
+        index and placement call."""
+        whole, milli = gang_size(gpus)
+        return _scratch(view).place_sized(self.placement, gpus, whole, milli, max_nodes)
+
+    def wake_one(self, now: float, submit: float, klass: int, classes: Sequence[str]) -> float | None:
+        """`wake_at` for a snapshot at `now` whose queue is this one job."""
+        return None
+
     def preemptions(
         self, snap: Snapshot, ranking: Ranking, free: I64, share: I64, started: set[int]
     ) -> tuple[list[int], list[Start]]:
@@ -145,15 +164,7 @@ class Policy:
             return Decision(did, snap.now, ranking=ranking, wake_at=self.wake_at(snap))
         # The scratch free GPUs: the index copies the cluster's arrays on its first `take`, so a pass
         # that starts only its last job (most simulator passes) copies nothing. Read them from the index.
-        index = FreeIndex(
-            view.free,
-            view.share,
-            view.rack,
-            view.n_racks,
-            view.rack_free,
-            copy_on_write=True,
-            live=view.index,
-        )
+        index = _scratch(view)
         gpus, max_nodes = p.gpus, p.max_nodes
         starts: list[Start] = []
         taken: list[tuple[list[tuple[int, int]], int]] = []  # (gpus used, pending pos) in this pass
@@ -392,6 +403,13 @@ class Policy:
         return Reservation(key, jid, t, alloc.nodes if alloc else ()), t, spare
 
 
+def _scratch(view: ClusterView) -> FreeIndex:
+    """A pass's scratch free GPUs over the view (copied on the first `take`; see `Policy.decide`)."""
+    return FreeIndex(
+        view.free, view.share, view.rack, view.n_racks, view.rack_free, copy_on_write=True, live=view.index
+    )
+
+
 def _candidate_times(flat: F64, rel_sorted: F64, g: int, m: int) -> F64:
     """The sorted release times among which a multi-node head's reservation lies.
 
@@ -444,6 +462,7 @@ class Fifo(Policy):
     name: ClassVar[str] = "fifo"
     uses_predictions: ClassVar[bool] = False
     mode: ClassVar[str] = "strict"
+    single_fast: ClassVar[bool] = True
 
     def scores(self, snap: Snapshot) -> tuple[I64, F64, dict[str, F64]]:
         p = snap.pending
@@ -466,6 +485,7 @@ class SjfOracle(Policy):
     uses_predictions: ClassVar[bool] = False
     oracle: ClassVar[bool] = True
     mode: ClassVar[str] = "strict"  # as the Helios simulator's SJF
+    single_fast: ClassVar[bool] = True
 
     def scores(self, snap: Snapshot) -> tuple[I64, F64, dict[str, F64]]:
         p = snap.pending
@@ -497,6 +517,7 @@ class Qssf(Policy):
 
     name: ClassVar[str] = "qssf"
     mode: ClassVar[str] = "strict"  # as the Helios simulator's QSSF
+    single_fast: ClassVar[bool] = True
 
     def scores(self, snap: Snapshot) -> tuple[I64, F64, dict[str, F64]]:
         p = snap.pending
@@ -620,6 +641,7 @@ class Multifactor(Policy):
     name: ClassVar[str] = "multifactor"
     uses_predictions: ClassVar[bool] = False
     mode: ClassVar[str] = "easy"
+    single_fast: ClassVar[bool] = True
     w_age: float = 1000.0
     w_fairshare: float = 10000.0
     w_size: float = 1000.0
@@ -660,6 +682,7 @@ class Impact(Policy):
 
     name: ClassVar[str] = "impact"
     mode: ClassVar[str] = "easy"
+    single_fast: ClassVar[bool] = True
     tier_names: ClassVar[tuple[str, ...]] = ("starved (past max_wait)", "normal", "held (repeat failures)")
     placement: str = "topology"
     class_weight: dict[str, float] = field(default_factory=lambda: dict(CLASS_WEIGHT))
@@ -735,28 +758,43 @@ class Impact(Policy):
         if len(p) == 0:
             return None
         if len(p) <= SMALL_QUEUE:
-            # The same float additions and comparisons on plain floats (exact): a short queue, most
-            # passes, costs a few list reads instead of a dozen numpy calls.
-            now, best = snap.now, math.inf
-            found = False
-            if len(snap.classes) == 1:
-                mw = self.max_wait_s.get(snap.classes[0], self.max_wait_s.get("normal", DAY))
-                for s in p.submit.tolist():
-                    d = s + mw
-                    if d > now and (d < best or not found):
-                        best, found = d, True
-            else:
-                vals = _class_values(
-                    tuple(snap.classes), tuple(self.max_wait_s.items()), self.max_wait_s.get("normal", DAY)
-                ).tolist()
-                for s, k in zip(p.submit.tolist(), p.klass.tolist(), strict=True):
-                    d = s + vals[k]
-                    if d > now and (d < best or not found):
-                        best, found = d, True
-            return float(best) if found else None
+            return self._first_deadline(snap.now, p.submit.tolist(), p.klass.tolist(), snap.classes)
         deadline = p.submit + self._max_wait(snap)
         future = deadline[deadline > snap.now]
         return float(future.min()) if len(future) else None
+
+    def wake_one(self, now: float, submit: float, klass: int, classes: Sequence[str]) -> float | None:
+        # `_first_deadline` of one job: its class's bound as there (a float64 from the table when the
+        # trace has several classes), without building the table.
+        default = self.max_wait_s.get("normal", DAY)
+        if len(classes) == 1:
+            d = submit + self.max_wait_s.get(classes[0], default)
+        else:
+            d = submit + float(self.max_wait_s.get(classes[klass], default))
+        return float(d) if d > now else None
+
+    def _first_deadline(
+        self, now: float, submits: list[float], klasses: list[int], classes: Sequence[str]
+    ) -> float | None:
+        """The earliest starvation deadline after `now`, on plain floats: the same float additions and
+        comparisons as the vector form (exact), for a short queue (most passes) in a few list reads."""
+        best = math.inf
+        found = False
+        if len(classes) == 1:
+            mw = self.max_wait_s.get(classes[0], self.max_wait_s.get("normal", DAY))
+            for s in submits:
+                d = s + mw
+                if d > now and (d < best or not found):
+                    best, found = d, True
+        else:
+            vals = _class_values(
+                tuple(classes), tuple(self.max_wait_s.items()), self.max_wait_s.get("normal", DAY)
+            ).tolist()
+            for s, k in zip(submits, klasses, strict=True):
+                d = s + vals[k]
+                if d > now and (d < best or not found):
+                    best, found = d, True
+        return float(best) if found else None
 
 
 @dataclass(frozen=True)

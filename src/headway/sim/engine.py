@@ -5,7 +5,9 @@ get predictions in one batch), then the scheduling pass, which applies the polic
 moves to the next event: there is no tick. A job's truth (recorded runtime and final state) lives in
 `Truth`, which only this module reads; policies get a `Snapshot` built from what a scheduler knows.
 Arrivals come from the submit-sorted job arrays through a cursor, not the heap, so a million-job trace
-never sits in the heap at once.
+never sits in the heap at once; the policy's wake-up times have a heap of their own. A pass over a
+queue of one job that fits, and a pass where nothing can be placed, take shortcuts with the same
+results (`EngineOptions.single_fast`).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import math
 import time as wallclock
 from array import array
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +31,7 @@ from headway.policy.snapshot import (
     F64,
     FULL_SHARE,
     I64,
+    Allocation,
     ClusterView,
     Decision,
     PendingJobs,
@@ -88,20 +92,40 @@ class EngineOptions:
     # Without the shortcuts (snapshot copies, no kept rack totals, vector predictions): tests compare
     # both ways, which must give identical results.
     reference: bool = False
+    # For a policy with `single_fast`: a pass over a queue of one job goes straight to the policy's own
+    # placement (`Policy.place_one`) when the job fits, and a pass where no pending job can be placed
+    # only asks for its wake-up: no snapshot, no Decision. Off: every pass is a full `decide` (tests
+    # compare both ways).
+    single_fast: bool = True
 
 
 class _Set:
     """A dense set of job keys with O(1) add and swap-remove, plus per-key columns kept alongside, so
-    a snapshot copies contiguous slices instead of gathering from million-row arrays."""
+    a snapshot copies contiguous slices instead of gathering from million-row arrays.
 
-    def __init__(self, size: int, sources: dict[str, np.ndarray]) -> None:
+    The float and integer columns (and the keys) are `array`s seen by numpy through `_shared`: add and
+    remove move plain items, a snapshot slices the numpy views."""
+
+    def __init__(
+        self, size: int, sources: dict[str, np.ndarray], items: dict[str, Sequence[Any]] | None = None
+    ) -> None:
+        """`items`: the same values as some sources, as `array`s or lists sharing their memory or
+        contents, read by `add` (a plain item is cheaper to read than a numpy scalar)."""
         size = max(size, 1)
-        self.keys: I64 = np.empty(size, dtype=np.int64)
-        self.pos: I64 = np.full(size, -1, dtype=np.int64)
+        self.key_a, self.keys = _shared(np.zeros(size, dtype=np.int64))
+        self.pos = array("q", [-1]) * size
         self.n = 0
         self.sources = sources
-        self.cols = {name: np.empty(size, dtype=src.dtype) for name, src in sources.items()}
-        self._pairs = [(self.cols[name], src) for name, src in sources.items()]
+        self.cols: dict[str, np.ndarray] = {}
+        got = items or {}
+        self._pairs: list[tuple[Any, Any]] = []  # (the column as written, its source as read)
+        for name, src in sources.items():
+            buf: Any
+            if src.dtype == np.float64 or src.dtype == np.int64:
+                buf, self.cols[name] = _shared(np.zeros(size, dtype=src.dtype))
+            else:
+                buf = self.cols[name] = np.empty(size, dtype=src.dtype)
+            self._pairs.append((buf, got.get(name, src)))
         # Read-only views of the whole buffers, made once: their slices are read-only too, so a snapshot
         # costs one slice per column.
         self.ro = {name: _ro(buf) for name, buf in self.cols.items()}
@@ -109,7 +133,7 @@ class _Set:
 
     def add(self, key: int) -> int:
         i = self.n
-        self.keys[i] = key
+        self.key_a[i] = key
         self.pos[key] = i
         for buf, src in self._pairs:
             buf[i] = src[key]
@@ -118,12 +142,12 @@ class _Set:
 
     def remove(self, key: int) -> int:
         """Remove `key`; returns the key moved into its slot (or -1)."""
-        i = int(self.pos[key])
+        i = self.pos[key]
         last = self.n - 1
         moved = -1
         if i != last:
-            moved = int(self.keys[last])
-            self.keys[i] = moved
+            moved = self.key_a[last]
+            self.key_a[i] = moved
             self.pos[moved] = i
             for buf, _ in self._pairs:
                 buf[i] = buf[last]
@@ -165,9 +189,32 @@ def _ints(a: np.ndarray) -> array[int]:
     return array("q", a.astype(np.int64).tobytes())
 
 
+def _shared(a: np.ndarray) -> tuple[array[Any], np.ndarray]:
+    """`a` (float64 or int64) as an `array` and a numpy view of the same memory: the event loop reads
+    and writes single items through the `array` (plain floats and ints), vector code uses the view."""
+    buf = array("d" if a.dtype == np.float64 else "q", a.tobytes())
+    return buf, np.frombuffer(buf, dtype=a.dtype)
+
+
 def _at_least_1(x: float) -> float:
     """`np.maximum(x, 1.0)` on one float (NaN stays NaN)."""
     return x if x >= 1.0 or x != x else 1.0
+
+
+def _single_fast(pol: Policy) -> bool:
+    """Whether the policy's pass over a queue of one that fits is its `place_one` and `wake_one`."""
+    cls = type(pol)
+
+    def owner(name: str) -> type | None:
+        return next((c for c in cls.__mro__ if name in c.__dict__), None)
+
+    return (
+        pol.single_fast
+        and owner("preemptions") is Policy
+        and owner("decide") is Policy
+        and owner("rank") is Policy
+        and owner("wake_one") is owner("wake_at")
+    )
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
@@ -201,31 +248,36 @@ class Engine:
         whole_a, milli_a, mnodes_a = _ints(whole), _ints(milli), _ints(max_nodes)
         user_a, gpus_a = _ints(J.user), array("d", J.gpus.astype(np.float64).tobytes())
         submit = array("d", J.submit.astype(np.float64).tobytes())
-        # Per-job mutable state.
-        p_succ = np.full(n, np.nan)
-        r_pred = np.full(n, np.nan)
-        r_p90 = np.full(n, np.nan)
-        ttf = np.full(n, np.nan)
-        p_first = np.full(n, np.nan)
-        r_first = np.full(n, np.nan)
+        # Per-job mutable state (`_shared`: an `array` for single items, a numpy view of it for vectors).
+        p_succ_a, p_succ = _shared(np.full(n, np.nan))
+        r_pred_a, r_pred = _shared(np.full(n, np.nan))
+        r_p90_a, r_p90 = _shared(np.full(n, np.nan))
+        ttf_a, ttf = _shared(np.full(n, np.nan))
+        p_first_a, p_first = _shared(np.full(n, np.nan))
+        r_first_a, r_first = _shared(np.full(n, np.nan))
         # Per-job scalars the event loop reads and writes one at a time: `array` items are plain floats
         # and ints, several times cheaper than numpy scalars.
         first_start, end_t = array("d", bytes(8 * n)), array("d", bytes(8 * n))
         for buf in (first_start, end_t):
             np.frombuffer(buf, dtype=np.float64)[:] = np.nan
-        run_start = np.zeros(n)
+        run_start_a, run_start = _shared(np.zeros(n))
         remaining = array("d", T.runtime.astype(np.float64).tobytes())
         runtime_a = array("d", T.runtime.astype(np.float64).tobytes())
-        attained = np.zeros(n)
-        last_stop = J.submit.astype(np.float64).copy()
+        attained_a, attained = _shared(np.zeros(n))
+        last_stop_a, last_stop = _shared(J.submit.astype(np.float64))
         epoch = array("q", bytes(8 * n))
-        preemptions = np.zeros(n, dtype=np.int64)
-        restarts = np.zeros(n, dtype=np.int64)
-        nodes_used = np.zeros(n, dtype=np.int64)
-        racks_used = np.zeros(n, dtype=np.int64)
+        preemptions_a, preemptions = _shared(np.zeros(n, dtype=np.int64))
+        restarts_a, restarts = _shared(np.zeros(n, dtype=np.int64))
+        nodes_used_a, nodes_used = _shared(np.zeros(n, dtype=np.int64))
+        racks_used_a, racks_used = _shared(np.zeros(n, dtype=np.int64))
         used_gpus: dict[int, list[tuple[int, int]]] = {}
         n_names = int(J.name_key.max(initial=-1)) + 2
-        streak = np.zeros(n_names, dtype=np.int64)  # last slot (-1) stays 0: unnamed jobs never hold
+        # last slot (-1) stays 0: unnamed jobs never hold
+        streak_a, streak = _shared(np.zeros(n_names, dtype=np.int64))
+        # Numbers as `array` items (plain ints and floats, cheaper to read than numpy scalars).
+        klass_l, nodes_l = _ints(J.klass), _ints(J.nodes)
+        limit_l = array("d", J.time_limit.astype(np.float64).tobytes())
+        name_key_a = _ints(J.name_key)
         pend = _Set(
             n,
             {
@@ -245,6 +297,21 @@ class Engine:
                 "name_key": J.name_key,
                 **({"oracle": T.runtime, "oracle_ok": T.state == _DONE} if pol.oracle else {}),
             },
+            {
+                "user": user_a,
+                "klass": klass_l,
+                "submit": submit,
+                "gpus": gpus_a,
+                "max_nodes": mnodes_a,
+                "time_limit": limit_l,
+                "p_success": p_succ_a,
+                "runtime": r_pred_a,
+                "runtime_p90": r_p90_a,
+                "time_to_failure": ttf_a,
+                "attained": attained_a,
+                "last_stop": last_stop_a,
+                "name_key": name_key_a,
+            },
         )
         runb = _Set(
             n,
@@ -259,16 +326,28 @@ class Engine:
                 "runtime_p90": r_p90,
                 "attained": attained,
             },
+            {
+                "user": user_a,
+                "klass": klass_l,
+                "gpus": gpus_a,
+                "start": run_start_a,
+                "time_limit": limit_l,
+                "runtime": r_pred_a,
+                "runtime_p90": r_p90_a,
+                "attained": attained_a,
+            },
         )
         pend_sizes: Counter[tuple[int, int]] = Counter()  # (whole, max_nodes) of pending whole-GPU jobs
         pend_milli: Counter[int] = Counter()
         n_users = len(J.users)
         usage = np.zeros(n_users)
-        rate = np.zeros(n_users)
+        rate_a, rate = _shared(np.zeros(n_users))
         seen_user = np.zeros(n_users, dtype=bool)
+        seen_l = [False] * n_users
         shares = np.zeros(n_users)
         tmp_users = np.zeros(n_users)
         lam = math.log(2) / self.opts.usage_half_life_s
+        mul, add = np.multiply, np.add
         t_usage = 0.0
         explain_keys = (
             {i for i, j in enumerate(J.job_id) if j in self.opts.explain} if self.opts.explain else set()
@@ -277,7 +356,10 @@ class Engine:
         tl = {c: array("d") for c in TIMELINE_COLUMNS}
         completed = 0
         goodput = 0.0
-        heap: list[tuple[float, int, int, int, int]] = []  # (time, order, seq, key, epoch)
+        heap: list[tuple[float, int, int, int, int]] = []  # ends: (time, order, seq, key, epoch)
+        # Wake-up times, apart: plain floats compare faster than tuples, and at one instant they come
+        # after the ends and arrivals anyway (PASS).
+        wake_heap: list[float] = []
         seq = 0
         nxt = 0  # arrival cursor
         passes = 0
@@ -294,9 +376,6 @@ class Engine:
         ref = self.opts.reference
 
         subs: dict[int, SubmittedJob] = {}  # made at arrival, reused at the job's end
-        # Numbers as `array` items (plain ints and floats, cheaper to read than numpy scalars).
-        klass_l, nodes_l = _ints(J.klass), _ints(J.nodes)
-        limit_l = array("d", J.time_limit.astype(np.float64).tobytes())
 
         def submitted(k: int) -> SubmittedJob:
             sj = subs.get(k)
@@ -320,15 +399,17 @@ class Engine:
         def predict(keys: list[int], now: float) -> None:
             if not keys:
                 return
-            pr = self.predictor.predict([submitted(k) for k in keys], ep0 + now)
+            pr = self.predictor.predict(
+                [submitted(keys[0])] if len(keys) == 1 else [submitted(k) for k in keys], ep0 + now
+            )
             if len(keys) == 1 and not ref:  # the usual arrival: scalar arithmetic equal to the vector form
                 k = keys[0]
                 p, r = float(pr.p_success[0]), _at_least_1(float(pr.runtime[0]))
-                p_succ[k] = p if 0.0 <= p <= 1.0 or p != p else (0.0 if p < 0.0 else 1.0)
-                r_pred[k] = r
+                p_succ_a[k] = p if 0.0 <= p <= 1.0 or p != p else (0.0 if p < 0.0 else 1.0)
+                r_pred_a[k] = r
                 r90 = float(pr.runtime_p90[0])
-                r_p90[k] = r90 if r90 >= r or r90 != r90 else r
-                ttf[k] = _at_least_1(float(pr.time_to_failure[0]))
+                r_p90_a[k] = r90 if r90 >= r or r90 != r90 else r
+                ttf_a[k] = _at_least_1(float(pr.time_to_failure[0]))
                 return
             idx = np.asarray(keys, dtype=np.int64)
             p_succ[idx] = np.clip(pr.p_success, 0.0, 1.0)
@@ -367,16 +448,17 @@ class Engine:
             dt = now - t_usage
             if dt > 0:
                 d = math.exp(-lam * dt)
-                # usage * d + rate * (1 - d) / lam, in place (the same float operations, no temporaries)
-                np.multiply(usage, d, out=usage)
-                np.multiply(rate, (1.0 - d) / lam, out=tmp_users)
-                np.add(usage, tmp_users, out=usage)
+                # usage * d + rate * (1 - d) / lam, in place (the same float operations, no temporaries;
+                # `out` passed by position, which numpy parses faster)
+                mul(usage, d, usage)
+                mul(rate, (1.0 - d) / lam, tmp_users)
+                add(usage, tmp_users, usage)
                 t_usage = now
 
         def stop_running(k: int, now: float) -> None:
             moved = runb.remove(k)
             if moved >= 0:
-                C.move_holder(used_gpus[moved], int(runb.pos[moved]))
+                C.move_holder(used_gpus[moved], runb.pos[moved])
             used = used_gpus.pop(k)
             frac = milli_a[k] if whole_a[k] == 0 else 0
             if frac:
@@ -385,9 +467,11 @@ class Engine:
                 node_free(nd, int(C.free[nd]))
             else:
                 C.release(used, 0)
-                if len(used) == 1:
+                if not used:  # a CPU-only job
+                    pass
+                elif used[0][0] == used[-1][0]:  # one node (`take` lists a node's GPUs together)
                     nd = used[0][0]
-                    node_free(nd, free_l[nd] + 1)
+                    node_free(nd, free_l[nd] + len(used))
                 else:  # one update per node (`take` lists a node's GPUs together)
                     per_node: dict[int, int] = {}
                     for nd, _ in used:
@@ -395,11 +479,13 @@ class Engine:
                     for nd, c in per_node.items():
                         node_free(nd, free_l[nd] + c)
             g = gpus_a[k]
-            rate[user_a[k]] -= g
-            attained[k] += g * (now - run_start[k])
+            rate_a[user_a[k]] -= g
+            attained_a[k] += g * (now - run_start_a[k])
 
         # Free GPUs per rack, kept current here so a pass does not recount them (ClusterView.rack_free).
-        rack_free = np.bincount(C.rack, weights=C.free, minlength=C.n_racks).astype(np.int64)
+        rack_free_a, rack_free = _shared(
+            np.bincount(C.rack, weights=C.free, minlength=C.n_racks).astype(np.int64)
+        )
         rack_of: list[int] = C.rack.tolist()
         # Whole free GPUs per node as plain ints, how many nodes have each count, and the total: kept
         # with `rack_free` so the cheap tests below need no pass over the cluster's arrays.
@@ -420,7 +506,7 @@ class Engine:
             free_hist[was] -= 1
             free_hist[now_free] += 1
             free_tot += now_free - was
-            rack_free[rack_of[nd]] += now_free - was
+            rack_free_a[rack_of[nd]] += now_free - was
             if live_set is not None:
                 live_set(nd, now_free)
 
@@ -454,9 +540,33 @@ class Engine:
                 return False
             return any(m > 1 and w <= free_tot for w, m in pend_sizes)
 
+        def any_placeable() -> bool:
+            """Whether some pending job can be placed on the free GPUs now (`placeable` on the histogram
+            of free counts: `could_start` with the exact test for gangs spread over nodes)."""
+            if pend_milli and int(C.share.max()) >= min(pend_milli):
+                return True
+            fmax = max_free()
+            return any(
+                w <= fmax or (m > 1 and w <= free_tot and fits_on_fullest(w, m)) for w, m in pend_sizes
+            )
+
+        def could_start_one(k: int) -> bool:
+            """`could_start` for a queue of job k alone (the same tests on its one size)."""
+            w = whole_a[k]
+            if not w:
+                return int(C.share.max()) >= milli_a[k]
+            fmax = max_free()
+            if w <= fmax:
+                return True
+            if not fmax:
+                return False
+            return mnodes_a[k] > 1 and w <= free_tot
+
         def frag_now() -> float:
+            if pend.n == 0:
+                return 0.0
             free_total = C.free_gpus
-            if free_total <= 0 or pend.n == 0:
+            if free_total <= 0:
                 return 0.0
             ftot = free_tot
             fmax = -1
@@ -551,53 +661,88 @@ class Engine:
         wakes: dict[float, int] = {}
 
         def wake(t: float) -> None:
-            nonlocal seq
-            seq += 1
             c = wakes.get(t)
             if c is None:
                 wakes[t] = 1
-                heapq.heappush(heap, (t, PASS, seq, -1, 0))
+                heapq.heappush(wake_heap, t)
             else:
                 wakes[t] = c + 1
 
-        def apply(dec: Decision, now: float) -> None:
+        def start_job(k: int, al: Allocation, now: float, queued: bool = True) -> None:
+            """Start pending job k (`queued` False: a lone arrival that never entered the queue)."""
             nonlocal seq
+            if queued:
+                drop_pending(k)
+            run_start_a[k] = now
+            slot = runb.add(k)
+            used_gpus[k] = C.allocate(al, slot)
+            if al.frac_gpu >= 0:
+                node_free(al.nodes[0], int(C.free[al.nodes[0]]))
+            else:
+                for nd, c in zip(al.nodes, al.counts, strict=True):
+                    node_free(nd, free_l[nd] - c)
+            if math.isnan(first_start[k]):
+                first_start[k] = now
+                nodes = al.nodes
+                nodes_used_a[k] = len(nodes)  # Allocation.n_nodes
+                racks_used_a[k] = 1 if len(nodes) == 1 else len({rack_of[nd] for nd in nodes})
+            else:
+                restarts_a[k] += 1
+                remaining[k] += pol.restart_penalty_s
+            rate_a[user_a[k]] += gpus_a[k]
+            e = end_t[k] = now + remaining[k]
+            seq += 1
+            heapq.heappush(heap, (e, END, seq, k, epoch[k]))
+
+        def apply(dec: Decision, now: float) -> None:
             for key in dec.preempt:
                 stop_running(key, now)
                 remaining[key] = max(end_t[key] - now, 0.0)
                 end_t[key] = math.nan
                 epoch[key] += 1
-                preemptions[key] += 1
-                last_stop[key] = now
+                preemptions_a[key] += 1
+                last_stop_a[key] = now
                 add_pending(key)
             for s in dec.start:
-                k = s.key
-                drop_pending(k)
-                run_start[k] = now
-                slot = runb.add(k)
-                al = s.alloc
-                used_gpus[k] = C.allocate(al, slot)
-                if al.frac_gpu >= 0:
-                    node_free(al.nodes[0], int(C.free[al.nodes[0]]))
-                else:
-                    for nd, c in zip(al.nodes, al.counts, strict=True):
-                        node_free(nd, free_l[nd] - c)
-                if math.isnan(first_start[k]):
-                    first_start[k] = now
-                    nodes_used[k] = s.alloc.n_nodes
-                    racks_used[k] = len({rack_of[nd] for nd in al.nodes})
-                else:
-                    restarts[k] += 1
-                    remaining[k] += pol.restart_penalty_s
-                rate[user_a[k]] += gpus_a[k]
-                e = end_t[k] = now + remaining[k]
-                seq += 1
-                heapq.heappush(heap, (e, END, seq, k, epoch[k]))
+                start_job(s.key, s.alloc, now)
             if dec.wake_at is not None and dec.wake_at > now:
                 wake(dec.wake_at)
 
-        name_key_a = _ints(J.name_key)
+        def validate() -> None:
+            C.validate()
+            assert (rack_free == np.bincount(C.rack, weights=C.free, minlength=C.n_racks)).all()
+            assert free_l == C.free.tolist() and free_tot == int(C.free.sum())
+            if live is not None:
+                live.check(C.free, C.rack, C.n_racks)
+
+        def start_lone(k: int, now: float) -> bool:
+            """The pass for job k arriving into an empty queue, when it fits: the policy's placement and
+            `wake_one`, as for a queue of one below, without queueing it first. False: it waits (queued)."""
+            nonlocal passes
+            alloc = None
+            if could_start_one(k):
+                advance_usage(now)
+                alloc = place_one(cview, gpus_a[k], mnodes_a[k])
+            if alloc is None:
+                add_pending(k)  # the full path below runs the same tests and the pass
+                return False
+            passes += 1
+            start_job(k, alloc, now, queued=False)
+            w = wake_one(now, submit[k], klass_l[k], J.classes)
+            if w is not None and w > now:
+                wake(w)
+            if self.opts.validate:
+                validate()
+            return True
+
+        fast = (
+            _single_fast(pol)
+            and self.opts.single_fast
+            and not (ref or self.opts.log_decisions or explain_keys)
+        )
+        place_one, wake_one = pol.place_one, pol.wake_one
         observe_end = self.predictor.observe_end
+        state_l = T.state.tolist()
         COMPLETED = State.COMPLETED.value
         tl_now, tl_busy, tl_free, tl_pend, tl_run, tl_frag, tl_done, tl_good = (
             tl[c].append for c in TIMELINE_COLUMNS
@@ -605,28 +750,28 @@ class Engine:
         while True:
             t_heap = heap[0][0] if heap else math.inf
             t_arr = submit[nxt] if nxt < n else math.inf
-            now = min(t_heap, t_arr)
+            now = min(t_heap, t_arr, wake_heap[0]) if wake_heap else min(t_heap, t_arr)
             if now == math.inf:
                 break
             changed = False
             arrivals: list[int] = []
             # 1. ends at `now` (stale ends of preempted runs are skipped by their epoch)
-            while heap and heap[0][0] == now and heap[0][1] == END:
+            while heap and heap[0][0] == now:
                 _, _, _, k, ep = heapq.heappop(heap)
                 events += 1
                 if ep != epoch[k] or math.isnan(end_t[k]):
                     continue
                 advance_usage(now)
                 stop_running(k, now)
-                state = str(T.state[k])
+                state = str(state_l[k])
                 nk = name_key_a[k]
                 if state == COMPLETED:
                     completed += 1
                     goodput += gpus_a[k] * runtime_a[k] / 3600.0
                     if nk >= 0:
-                        streak[nk] = 0
+                        streak_a[nk] = 0
                 elif state in _WASTE and nk >= 0:
-                    streak[nk] += 1
+                    streak_a[nk] += 1
                 observe_end(EndedJob(submitted(k), ep0 + first_start[k], ep0 + now, state))
                 del subs[k]
                 done += 1
@@ -635,15 +780,16 @@ class Engine:
             while nxt < n and submit[nxt] == now:
                 arrivals.append(nxt)
                 u = user_a[nxt]
-                if not seen_user[u]:
+                if not seen_l[u]:
+                    seen_l[u] = True
                     seen_user[u] = True
                     shares[seen_user] = 1.0 / int(seen_user.sum())
                 nxt += 1
                 events += 1
             # 3. wake-ups asked by the policy
             woke = False
-            while heap and heap[0][0] == now and heap[0][1] == PASS:
-                heapq.heappop(heap)
+            if wake_heap and wake_heap[0] == now:
+                heapq.heappop(wake_heap)  # one entry per time (`wake`)
                 events += wakes.pop(now)
                 # A wake-up for a queue that has emptied since it was asked for changes nothing.
                 woke = woke or pend.n > 0 or bool(arrivals)
@@ -656,41 +802,75 @@ class Engine:
                 if retrained and 0 < pend.n <= self.opts.repredict_limit:
                     predict(pend.view().tolist(), now)
                     pend.refresh(("p_success", "runtime", "runtime_p90", "time_to_failure"))
+            lone = -1
             if arrivals:
                 predict(arrivals, now)
                 for k in arrivals:
-                    p_first[k] = p_succ[k]
-                    r_first[k] = r_pred[k]
-                    add_pending(k)
+                    p_first_a[k] = p_succ_a[k]
+                    r_first_a[k] = r_pred_a[k]
+                if fast and pend.n == 0 and len(arrivals) == 1:
+                    lone = arrivals[0]  # queued below only if it does not start at once
+                else:
+                    for k in arrivals:
+                        add_pending(k)
                 changed = True
             if not changed:
                 continue
             # 4. the scheduling pass
-            if pend.n and (
+            if lone >= 0 and start_lone(lone, now):
+                pass
+            elif pend.n and (
                 preemptive or could_start() or (explain_keys and not explain_keys.isdisjoint(arrivals))
             ):
                 advance_usage(now)
-                snap = snapshot(now)
-                dec = pol.decide(snap)
-                passes += 1
-                if self.opts.log_decisions:
-                    if dec.ranking is not None:
-                        dec.ranking.score  # noqa: B018 - a deferred ranking reads the snapshot: read it now
-                    decisions.append(dec)
-                if explain_keys and dec.ranking is not None:
-                    self._explain(snap, dec, explain_keys, explain)
-                apply(dec, now)
+                alloc = None
+                idle = fast and not any_placeable()
+                if idle:
+                    # No pending job can be placed on the free GPUs at all (by any placement), so the
+                    # pass starts nothing: what fits nowhere cannot fit a reservation's backfill, which
+                    # places on a subset of them. What is left of it is its wake-up.
+                    if not has_wake:
+                        w = None
+                    elif pend.n == 1:
+                        k = pend.key_a[0]
+                        w = wake_one(now, submit[k], klass_l[k], J.classes)
+                    else:
+                        w = pol.wake_at(snapshot(now))
+                    passes += 1
+                    if w is not None and w > now:
+                        wake(w)
+                elif fast and pend.n == 1:
+                    # A queue of one that fits: the pass would start it and ask for `wake_at` of the
+                    # queue it saw, so the policy's own placement and `wake_one` give the same decision.
+                    k = pend.key_a[0]
+                    alloc = place_one(cview, gpus_a[k], mnodes_a[k])
+                    if alloc is not None:
+                        passes += 1
+                        start_job(k, alloc, now)
+                        w = wake_one(now, submit[k], klass_l[k], J.classes)
+                        if w is not None and w > now:
+                            wake(w)
+                if alloc is None and not idle:
+                    snap = snapshot(now)
+                    dec = pol.decide(snap)
+                    passes += 1
+                    if self.opts.log_decisions:
+                        if dec.ranking is not None:
+                            dec.ranking.score  # noqa: B018 - a deferred ranking reads the snapshot: read it now
+                        decisions.append(dec)
+                    if explain_keys and dec.ranking is not None:
+                        self._explain(snap, dec, explain_keys, explain)
+                    apply(dec, now)
                 if self.opts.validate:
-                    C.validate()
-                    assert (rack_free == np.bincount(C.rack, weights=C.free, minlength=C.n_racks)).all()
-                    assert free_l == C.free.tolist() and free_tot == int(C.free.sum())
-                    if live is not None:
-                        live.check(C.free, C.rack, C.n_racks)
+                    validate()
             elif pend.n and has_wake and (arrivals or woke):
                 # No pass, but the policy may want one later (a starvation deadline): only new jobs or
                 # a spent wake-up can move its earliest request, as the queue otherwise only shrinks.
-                snap = snapshot(now)
-                w = pol.wake_at(snap)
+                if fast and pend.n == 1:
+                    k = pend.key_a[0]
+                    w = wake_one(now, submit[k], klass_l[k], J.classes)
+                else:
+                    w = pol.wake_at(snapshot(now))
                 if w is not None and w > now:
                     wake(w)
             frag = frag_now()
