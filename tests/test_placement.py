@@ -6,10 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from headway.policy.placement import fits_empty, gang_size, max_nodes_for, place, placeable, take
 from headway.policy.snapshot import Allocation
-from headway.sim.cluster import Cluster, ClusterSpec, ClusterSpecError
+from headway.sim.cluster import Cluster, ClusterSpec, ClusterSpecError, NodeSpec
 
 
 def arrays(
@@ -128,3 +130,47 @@ def test_cluster_from_the_alibaba_node_list(shared_traces: Path) -> None:
     spec = ClusterSpec.from_alibaba(shared_traces / "alibaba-fgd-2023" / "openb_node_list_gpu_node.csv")
     assert len(spec.nodes) == 1213
     assert spec.capacity_gpus == sum(n.gpus for n in spec.nodes) and spec.max_node_gpus == 8
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([(4, 8), (8, 8), (4, 80)]))
+def test_the_cluster_takes_and_gives_back_the_gpus_placement_take_would(
+    seed: int, shape: tuple[int, int]
+) -> None:
+    """`Cluster.allocate` writes GPUs through its own flat views; it must pick exactly the GPUs of
+    `placement.take` on the same arrays, and `release` must restore what was there."""
+    n_nodes, g = shape
+    rng = np.random.default_rng(seed)
+    spec = ClusterSpec(tuple(NodeSpec(f"n{i}", int(rng.integers(1, g + 1)), i // 2) for i in range(n_nodes)))
+    c = Cluster(spec)
+    held: list[tuple[list[tuple[int, int]], int]] = []
+    for step in range(80):
+        if held and rng.random() < 0.4:
+            used, frac = held.pop(int(rng.integers(len(held))))
+            c.release(used, frac)
+        else:
+            free_whole = [n for n in range(n_nodes) if c.free[n] > 0]
+            if not free_whole:
+                continue
+            if rng.random() < 0.2:  # a fractional job on a GPU with enough share left
+                n = int(rng.choice(free_whole))
+                gi = int(np.flatnonzero(c.share[n] >= 250)[0])
+                alloc = Allocation((n,), (0,), gi, 250)
+            else:
+                picked = rng.choice(
+                    free_whole, size=min(len(free_whole), int(rng.integers(1, 4))), replace=False
+                )
+                nodes = tuple(sorted(int(n) for n in picked))
+                alloc = Allocation(nodes, tuple(int(rng.integers(1, c.free[n] + 1)) for n in nodes))
+            free0, share0 = c.free.copy(), c.share.copy()
+            want = take(free0, share0, alloc)
+            got = c.allocate(alloc, step)
+            assert got == want
+            np.testing.assert_array_equal(c.free, free0)
+            np.testing.assert_array_equal(c.share, share0)
+            held.append((got, alloc.frac_milli))
+        c.validate()
+    for used, frac in held:
+        c.release(used, frac)
+    assert c.busy == 0 and (c.owner[c.owner != -2] == -1).all()
+    np.testing.assert_array_equal(c.free, [n.gpus for n in spec.nodes])

@@ -8,6 +8,7 @@ on copies with the pure functions in `headway.policy.placement`. The same class 
 from __future__ import annotations
 
 import tomllib
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,6 +126,11 @@ class ClusterSpec:
         return cls(nodes)
 
 
+def _flat(a: I64) -> memoryview:
+    """The items of a C-contiguous int64 array as one flat memoryview of the same memory."""
+    return a.reshape(-1).data.cast("B").cast("q")
+
+
 class Cluster:
     """Mutable GPU state: free share per GPU, whole free GPUs per node, and who holds each GPU."""
 
@@ -142,6 +148,16 @@ class Cluster:
         self.owner: I64 = np.where(exists, -1, -2).astype(np.int64)
         self.capacity = float(self.node_gpus.sum())
         self.busy = 0.0  # GPUs in use (fractions count as their share)
+        # Flat views of the same memory for the per-job writes below: an item of a memoryview is read and
+        # written as a plain int, several times faster than a numpy scalar, and a node's run of GPUs is
+        # one slice assignment. The numpy arrays (and the views policies get) see every write.
+        self._g = g
+        self._sh = _flat(self.share)
+        self._ow = _flat(self.owner)
+        self._fr = _flat(self.free)
+        self._full = memoryview(array("q", [FULL_SHARE] * g))
+        self._zero = memoryview(array("q", [0] * g))
+        self._unowned = memoryview(array("q", [-1] * g))
 
     def view(self) -> ClusterView:
         def ro(a: I64) -> I64:
@@ -154,38 +170,102 @@ class Cluster:
         )
 
     def allocate(self, alloc: Allocation, holder: int) -> list[tuple[int, int]]:
-        """Take the GPUs; `holder` is the job's running position (whole GPUs record it as owner)."""
-        used = take(self.free, self.share, alloc)
+        """Take the GPUs; `holder` is the job's running position (whole GPUs record it as owner).
+
+        The same GPUs as `headway.policy.placement.take` (each node's first free ones, in order), written
+        through the flat views: a node's consecutive GPUs as one slice."""
+        sh, ow, fr, g = self._sh, self._ow, self._fr, self._g
         if alloc.frac_gpu >= 0:
-            n, gi = used[0]
-            self.owner[n, gi] = -2
+            n, gi = alloc.nodes[0], alloc.frac_gpu
+            i = n * g + gi
+            if sh[i] == FULL_SHARE:
+                fr[n] -= 1
+            sh[i] -= alloc.frac_milli
+            ow[i] = -2
             self.busy += alloc.frac_milli / FULL_SHARE
-        else:
+            return [(n, gi)]
+        if g > 64:  # nodes with many GPUs: numpy's scan of a row beats a list's
+            used = take(self.free, self.share, alloc)
             for n, gi in used:
-                self.owner[n, gi] = holder
+                ow[n * g + gi] = holder
             self.busy += sum(alloc.counts)
+            return used
+        nodes, counts = alloc.nodes, alloc.counts
+        if len(nodes) == 1 and counts[0] == 1:  # one GPU: the node's first free one
+            n = nodes[0]
+            b = n * g
+            row = sh[b : b + g].tolist()
+            if FULL_SHARE in row:
+                a = row.index(FULL_SHARE)
+                sh[b + a] = 0
+                ow[b + a] = holder
+                fr[n] -= 1
+                self.busy += 1
+                return [(n, a)]
+        used = []
+        for n, c in zip(nodes, counts, strict=True):
+            b = n * g
+            row = sh[b : b + g].tolist()
+            a = row.index(FULL_SHARE) if c and FULL_SHARE in row else -1
+            if a >= 0 and row[a : a + c] == [FULL_SHARE] * c:  # the first c free GPUs are consecutive
+                i = b + a
+                sh[i : i + c] = self._zero[:c]
+                for j in range(i, i + c):
+                    ow[j] = holder
+                used.extend([(n, gi) for gi in range(a, a + c)])
+            else:
+                for gi in [gi for gi, v in enumerate(row) if v == FULL_SHARE][:c]:
+                    sh[b + gi] = 0
+                    ow[b + gi] = holder
+                    used.append((n, gi))
+            fr[n] -= c
+        self.busy += sum(counts)
         return used
 
     def release(self, used: list[tuple[int, int]], frac_milli: int) -> None:
+        """Give back what `allocate` returned (`frac_milli`: the share of a fractional job, else 0)."""
+        sh, ow, fr, g = self._sh, self._ow, self._fr, self._g
         if frac_milli:
             n, gi = used[0]
-            self.share[n, gi] += frac_milli
-            if self.share[n, gi] == FULL_SHARE:
-                self.free[n] += 1
-                self.owner[n, gi] = -1
+            i = n * g + gi
+            s = sh[i] + frac_milli
+            sh[i] = s
+            if s == FULL_SHARE:
+                fr[n] += 1
+                ow[i] = -1
             self.busy -= frac_milli / FULL_SHARE
             return
-        for n, gi in used:
-            self.share[n, gi] = FULL_SHARE
-            self.owner[n, gi] = -1
-            self.free[n] += 1
-        self.busy -= len(used)
+        k = len(used)
+        if k == 1:
+            n, gi = used[0]
+            i = n * g + gi
+            sh[i] = FULL_SHARE
+            ow[i] = -1
+            fr[n] += 1
+        elif k:
+            n, a = used[0]
+            n_last, a_last = used[-1]
+            # One node's consecutive GPUs (`allocate` lists a node's GPUs together, in order).
+            if n == n_last and a_last - a == k - 1:
+                i = n * g + a
+                sh[i : i + k] = self._full[:k]
+                ow[i : i + k] = self._unowned[:k]
+                fr[n] += k
+            else:
+                for n, gi in used:
+                    i = n * g + gi
+                    sh[i] = FULL_SHARE
+                    ow[i] = -1
+                    fr[n] += 1
+        self.busy -= k
 
     def move_holder(self, used: list[tuple[int, int]], holder: int) -> None:
         """The job's running position changed (swap-remove in the caller's buffers)."""
+        ow, g = self._ow, self._g
         for n, gi in used:
-            if self.owner[n, gi] >= 0:
-                self.owner[n, gi] = holder
+            i = n * g + gi
+            if ow[i] >= 0:
+                ow[i] = holder
 
     @property
     def free_gpus(self) -> float:
