@@ -715,25 +715,36 @@ class Engine:
             if live is not None:
                 live.check(C.free, C.rack, C.n_racks)
 
-        def start_lone(k: int, now: float) -> bool:
-            """The pass for job k arriving into an empty queue, when it fits: the policy's placement and
-            `wake_one`, as for a queue of one below, without queueing it first. False: it waits (queued)."""
-            nonlocal passes
-            alloc = None
-            if could_start_one(k):
-                advance_usage(now)
-                alloc = place_one(cview, gpus_a[k], mnodes_a[k])
-            if alloc is None:
-                add_pending(k)  # the full path below runs the same tests and the pass
-                return False
-            passes += 1
-            start_job(k, alloc, now, queued=False)
+        def wake_lone(k: int, now: float) -> None:
+            """Ask for the wake-up `wake_at` would give a queue of job k alone (`wake_one`)."""
             w = wake_one(now, submit[k], klass_l[k], J.classes)
             if w is not None and w > now:
                 wake(w)
-            if self.opts.validate:
-                validate()
+
+        def start_one(k: int, now: float, queued: bool) -> bool:
+            """The pass over a queue of job k alone when it fits: the policy's own placement, the start and
+            `wake_one`, the same decision `decide` gives (tests/test_engine_fastpath.py). False: it does
+            not fit now (nothing done)."""
+            nonlocal passes
+            alloc = place_one(cview, gpus_a[k], mnodes_a[k])
+            if alloc is None:
+                return False
+            passes += 1
+            start_job(k, alloc, now, queued)
+            wake_lone(k, now)
             return True
+
+        def start_lone(k: int, now: float) -> bool:
+            """`start_one` for job k arriving into an empty queue, without queueing it first. False: it
+            waits (queued; the full path below runs the same tests and the pass)."""
+            if could_start_one(k):
+                advance_usage(now)
+                if start_one(k, now, queued=False):
+                    if self.opts.validate:
+                        validate()
+                    return True
+            add_pending(k)
+            return False
 
         fast = (
             _single_fast(pol)
@@ -823,34 +834,24 @@ class Engine:
                 preemptive or could_start() or (explain_keys and not explain_keys.isdisjoint(arrivals))
             ):
                 advance_usage(now)
-                alloc = None
+                started = False
                 idle = fast and not any_placeable()
                 if idle:
                     # No pending job can be placed on the free GPUs at all (by any placement), so the
                     # pass starts nothing: what fits nowhere cannot fit a reservation's backfill, which
                     # places on a subset of them. What is left of it is its wake-up.
-                    if not has_wake:
-                        w = None
-                    elif pend.n == 1:
-                        k = pend.key_a[0]
-                        w = wake_one(now, submit[k], klass_l[k], J.classes)
-                    else:
-                        w = pol.wake_at(snapshot(now))
                     passes += 1
-                    if w is not None and w > now:
-                        wake(w)
+                    if has_wake and pend.n == 1:
+                        wake_lone(pend.key_a[0], now)
+                    elif has_wake:
+                        w = pol.wake_at(snapshot(now))
+                        if w is not None and w > now:
+                            wake(w)
                 elif fast and pend.n == 1:
                     # A queue of one that fits: the pass would start it and ask for `wake_at` of the
                     # queue it saw, so the policy's own placement and `wake_one` give the same decision.
-                    k = pend.key_a[0]
-                    alloc = place_one(cview, gpus_a[k], mnodes_a[k])
-                    if alloc is not None:
-                        passes += 1
-                        start_job(k, alloc, now)
-                        w = wake_one(now, submit[k], klass_l[k], J.classes)
-                        if w is not None and w > now:
-                            wake(w)
-                if alloc is None and not idle:
+                    started = start_one(pend.key_a[0], now, queued=True)
+                if not started and not idle:
                     snap = snapshot(now)
                     dec = pol.decide(snap)
                     passes += 1
@@ -867,12 +868,11 @@ class Engine:
                 # No pass, but the policy may want one later (a starvation deadline): only new jobs or
                 # a spent wake-up can move its earliest request, as the queue otherwise only shrinks.
                 if fast and pend.n == 1:
-                    k = pend.key_a[0]
-                    w = wake_one(now, submit[k], klass_l[k], J.classes)
+                    wake_lone(pend.key_a[0], now)
                 else:
                     w = pol.wake_at(snapshot(now))
-                if w is not None and w > now:
-                    wake(w)
+                    if w is not None and w > now:
+                        wake(w)
             frag = frag_now()
             busy = C.busy
             tl_now(now)
