@@ -205,3 +205,13 @@ def test_gpu_specs_give_logical_listed_or_detected_gpus() -> None:
             resolve_gpus(bad)
     auto = resolve_gpus("auto")  # NVML where present; on a machine without a driver, none and a note why
     assert auto.source == "nvml" and (auto.ids or auto.note)
+
+
+def test_the_daemon_log_names_the_gpus_nvml_found() -> None:
+    from headway.local.daemon import _gpu_list
+
+    assert _gpu_list((), ()) == "-"
+    assert _gpu_list((0, 1), ("logical", "logical")) == "0,1"
+    assert _gpu_list((0, 2, 3), ("NVIDIA H200", "NVIDIA H200", "NVIDIA A100")) == (
+        "0,2,3 (1x NVIDIA A100, 2x NVIDIA H200)"
+    )

@@ -82,7 +82,13 @@ def daemon(
         )
     sd = resolve_state_dir(state_dir)
     cfg = DaemonConfig(
-        state_dir=sd, gpu_ids=inv.ids, policy=policy, store_path=db, grace=grace, gpu_note=inv.note
+        state_dir=sd,
+        gpu_ids=inv.ids,
+        policy=policy,
+        store_path=db,
+        grace=grace,
+        gpu_note=inv.note,
+        gpu_names=inv.names,
     )
     for h in history or []:
         if not h.exists():

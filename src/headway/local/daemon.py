@@ -89,6 +89,17 @@ class Caller:
         return self.uid == 0
 
 
+def _gpu_list(ids: tuple[int, ...], names: tuple[str, ...]) -> str:
+    """`0,1` or, for GPUs NVML named, `0,1 (2x NVIDIA H200)`: what an operator checks in the log."""
+    if not ids:
+        return "-"
+    text = ",".join(map(str, ids))
+    real = sorted({n for n in names if n not in ("logical", "listed")})
+    if real:
+        text += " (" + ", ".join(f"{names.count(n)}x {n}" for n in real) + ")"
+    return text
+
+
 @dataclass(slots=True)
 class DaemonConfig:
     state_dir: Path
@@ -99,6 +110,7 @@ class DaemonConfig:
     poll: float = 0.05  # seconds between looks at running jobs' run directories
     min_pass: float = 0.2  # seconds between scheduling passes while things keep changing
     gpu_note: str = ""
+    gpu_names: tuple[str, ...] = ()  # NVML's model names, one per id ("logical"/"listed" otherwise)
 
     @property
     def store(self) -> Path:
@@ -528,7 +540,7 @@ class Daemon:
         log.info(
             "headway daemon up: %d GPU(s) %s, policy %s, socket %s",
             len(self.cfg.gpu_ids),
-            ",".join(map(str, self.cfg.gpu_ids)) or "-",
+            _gpu_list(self.cfg.gpu_ids, self.cfg.gpu_names),
             self.cfg.policy,
             path,
         )
@@ -597,6 +609,7 @@ class Daemon:
             "version": __version__,
             "pid": os.getpid(),
             "gpu_ids": list(self.cfg.gpu_ids),
+            "gpu_names": list(self.cfg.gpu_names),
             "policy": self.cfg.policy,
             "store": str(self.cfg.store),
             "note": self.cfg.gpu_note,
