@@ -1,4 +1,5 @@
-"""Slurm `sacct -a -X -P -o ...` output (pipe-separated, header line first), and running sacct itself.
+"""Slurm `sacct -a -X -P -o ...` output (pipe-separated, header line first), `sacct --json` output
+(headway.traces.sacct_json), and running sacct itself.
 
 Columns are found by the header, in any order and any case; see docs/sacct.md for the fields to ask for.
 Naive times are in the machine's local time zone (where sacct ran) unless `--tz` says otherwise.
@@ -20,6 +21,7 @@ import pyarrow.compute as pc
 from headway.schema import State
 from headway.traces import tabular as tb
 from headway.traces.base import BadInputError, ReadOptions, ReadResult
+from headway.traces.sacct_json import looks_like_sacct_json, read_sacct_json
 
 # The fields `headway ingest --from-slurm` asks for, and docs/sacct.md recommends.
 SACCT_FIELDS: tuple[str, ...] = (
@@ -95,10 +97,19 @@ class SacctReader:
     name = "sacct"
 
     def sniff(self, path: Path, head: bytes) -> bool:
+        if looks_like_sacct_json(head):
+            return True
         fields = tb.head_fields(head, "|")
         return len(fields) >= 2 and ("jobid" in fields or "jobidraw" in fields)
 
     def read(self, path: Path, options: ReadOptions) -> ReadResult:
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(4096)
+        except OSError as e:
+            raise BadInputError(f"{path}: cannot read: {e.strerror}") from e
+        if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
+            return read_sacct_json(path, options, STATE_MAP, self.name)
         tz = tb.check_tz(options.tz) if options.tz else tb.local_tz_name()
         raw = tb.read_delimited(path, "|", quoting=False, progress=options.progress)
         job_id_raw = raw.get("JobID", "JobIDRaw")

@@ -1,0 +1,303 @@
+"""Slurm `sacct --json` output (read by the `sacct` format when the file is JSON).
+
+Two shapes of the same document, `{"meta": ..., "jobs": [...]}`, are read:
+- Slurm 22.05 (data_parser v0.0.38): times, limits and exit codes are plain numbers, `state.current` a string;
+- Slurm 23.02 and later (v0.0.39+): numbers are `{"set", "infinite", "number"}` objects and `state.current`
+  a list of flags.
+Times are epoch seconds, so no time zone is needed. Job steps live inside each job and are not read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from headway.schema import JOB_SCHEMA, TS, State, conform
+from headway.traces.base import BadInputError, BadRowSink, ReadOptions, ReadResult
+
+# The schema columns a record fills, in the order `_row` returns them.
+_COLUMNS = (
+    "job_id",
+    "user",
+    "group",
+    "name",
+    "partition",
+    "priority_class",
+    "submit_time",
+    "start_time",
+    "end_time",
+    "gpus",
+    "nodes",
+    "cpus",
+    "mem_mb",
+    "time_limit",
+    "state",
+    "exit_code",
+)
+_NO_LIMIT = 4294967294  # Slurm's INFINITE / NO_VAL for 32-bit fields (and above)
+
+
+class _Bad(Exception):
+    pass
+
+
+def looks_like_sacct_json(head: bytes) -> bool:
+    """The first bytes of `sacct --json` (or `squeue --json`-shaped documents with sacct's job keys)."""
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    return text.startswith(b"{") and b'"jobs"' in text and (b'"job_id"' in text or b'"Slurm"' in text)
+
+
+def _number(v: object, what: str) -> float | None:
+    """A plain number, or a `{set, infinite, number}` object (23.02+); None when unset or infinite."""
+    if isinstance(v, dict):
+        if v.get("infinite") or v.get("set") is False:
+            return None
+        v = v.get("number")
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise _Bad(f"{what}: expected a number, got {type(v).__name__}")
+    return float(v)
+
+
+def _epoch(v: object, what: str) -> dt.datetime | None:
+    n = _number(v, what)
+    if n is None or n <= 0 or n >= _NO_LIMIT:  # 0: not yet (a pending job's start, a running job's end)
+        return None
+    try:
+        return dt.datetime.fromtimestamp(n, dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        raise _Bad(f"{what}: {n} is not a time") from None
+
+
+def _text(obj: Mapping[str, Any], key: str) -> str | None:
+    v = obj.get(key)
+    if v is None:
+        return None
+    if isinstance(v, dict):  # e.g. 23.02's {"name": ...} wrappers
+        v = v.get("name")
+        if v is None:
+            return None
+    if isinstance(v, str | int) and not isinstance(v, bool):
+        s = str(v).strip()
+        return s or None
+    raise _Bad(f"{key}: expected a string, got {type(v).__name__}")
+
+
+def _first_flag(v: object, what: str) -> str | None:
+    """`state.current` / `exit_code.status`: a string (22.05) or a list of flags (23.02+)."""
+    if isinstance(v, list):
+        v = v[0] if v else None
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise _Bad(f"{what}: expected a string, got {type(v).__name__}")
+    return v.strip().upper() or None
+
+
+def _tres(job: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
+    tres = job.get("tres")
+    if tres is None:
+        return []
+    if not isinstance(tres, dict):
+        raise _Bad("tres: expected an object")
+    items = tres.get(kind) or []
+    if not isinstance(items, list) or not all(isinstance(t, dict) for t in items):
+        raise _Bad(f"tres.{kind}: expected a list of objects")
+    return items
+
+
+def _tres_count(items: list[Mapping[str, Any]], type_: str) -> float | None:
+    for t in items:
+        if t.get("type") == type_ and t.get("name") in (None, ""):
+            return _number(t.get("count"), f"tres {type_} count")
+    return None
+
+
+def _gpus(items: list[Mapping[str, Any]]) -> float | None:
+    """GPUs in one TRES list: the untyped `gres/gpu` count wins over the typed `gpu:a100` ones (Slurm lists
+    both); None when the list names no GPU at all."""
+    untyped: float | None = None
+    typed = 0.0
+    any_typed = False
+    for t in items:
+        if t.get("type") != "gres":
+            continue
+        name = t.get("name")
+        if not isinstance(name, str):
+            continue
+        count = _number(t.get("count"), f"tres gres/{name} count") or 0.0
+        if name == "gpu":
+            untyped = count
+        elif name.startswith("gpu:"):
+            typed += count
+            any_typed = True
+    if untyped is not None:
+        return untyped
+    return typed if any_typed else None
+
+
+def _job_id(job: Mapping[str, Any]) -> str:
+    """`123`, an array task `123_4` or a heterogeneous component `123+1`, as `sacct -P` prints them."""
+    jid = _number(job.get("job_id"), "job_id")
+    if jid is None:
+        raise _Bad("no job_id")
+    arr = job.get("array")
+    if isinstance(arr, dict):
+        parent = _number(arr.get("job_id"), "array.job_id")
+        task = _number(arr.get("task_id"), "array.task_id")
+        if parent and task is not None:
+            return f"{int(parent)}_{int(task)}"
+    het = job.get("het")
+    if isinstance(het, dict):
+        parent = _number(het.get("job_id"), "het.job_id")
+        offset = _number(het.get("job_offset"), "het.job_offset")
+        if parent and offset is not None:
+            return f"{int(parent)}+{int(offset)}"
+    return str(int(jid))
+
+
+def _row(job: object, state_map: Mapping[str, State], unknown: dict[str, int]) -> dict[str, Any]:
+    if not isinstance(job, dict):
+        raise _Bad(f"expected a job object, got {type(job).__name__}")
+    state_obj = job.get("state")
+    raw_state = _first_flag(state_obj.get("current") if isinstance(state_obj, dict) else state_obj, "state")
+    if raw_state is None:
+        raise _Bad("state: empty")
+    state = state_map.get(raw_state.split()[0])
+    if state is None:
+        unknown[raw_state] = unknown.get(raw_state, 0) + 1
+        state = State.UNKNOWN
+    time = job.get("time") or {}
+    if not isinstance(time, dict):
+        raise _Bad("time: expected an object")
+    assoc = job.get("association")
+    assoc = assoc if isinstance(assoc, dict) else {}
+    alloc, req = _tres(job, "allocated"), _tres(job, "requested")
+    gpus = _gpus(alloc)
+    if gpus is None:
+        gpus = _gpus(req)
+    nodes = _number(job.get("allocation_nodes"), "allocation_nodes") or _tres_count(alloc, "node")
+    nodes = nodes or _tres_count(req, "node")
+    cpus = _tres_count(alloc, "cpu") or _tres_count(req, "cpu")
+    mem = _tres_count(req, "mem") or _tres_count(alloc, "mem")
+    limit = _number(time.get("limit"), "time.limit")
+    exit_obj = job.get("exit_code")
+    code = None
+    if isinstance(exit_obj, dict):
+        code = _number(exit_obj.get("return_code"), "exit_code.return_code")
+    start = _epoch(time.get("start"), "time.start")
+    end = _epoch(time.get("end"), "time.end")
+    if start is not None and end is not None and end < start:
+        raise _Bad(f"time.end {end:%Y-%m-%dT%H:%M:%S} is before time.start {start:%Y-%m-%dT%H:%M:%S}")
+    return {
+        "job_id": _job_id(job),
+        "user": _text(job, "user") or _text(assoc, "user"),
+        "group": _text(job, "account") or _text(assoc, "account"),
+        "name": _text(job, "name"),
+        "partition": _text(job, "partition"),
+        "priority_class": _text(job, "qos"),
+        "submit_time": _epoch(time.get("submission"), "time.submission"),
+        "start_time": start,
+        "end_time": end,
+        "gpus": gpus or 0.0,  # a job whose TRES name no GPU asked for none
+        "nodes": int(nodes) if nodes and nodes < 2**31 else None,
+        "cpus": int(cpus) if cpus and cpus > 0 else None,
+        "mem_mb": int(mem) if mem and mem > 0 else None,
+        "time_limit": int(limit * 60) if limit is not None and 0 < limit < _NO_LIMIT else None,
+        "state": state.value,
+        "exit_code": int(code) if code is not None and abs(code) < 2**31 else None,
+        "_unix_group": _text(job, "group"),
+    }
+
+
+def _slurm_release(doc: Mapping[str, Any]) -> str | None:
+    meta = doc.get("meta")
+    slurm = (meta.get("Slurm") or meta.get("slurm")) if isinstance(meta, dict) else None
+    if isinstance(slurm, dict):
+        rel = slurm.get("release")
+        if isinstance(rel, str):
+            return rel
+    return None
+
+
+def read_sacct_json(
+    path: Path, options: ReadOptions, state_map: Mapping[str, State], name: str
+) -> ReadResult:
+    """The jobs of one `sacct --json` document, in the job schema."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise BadInputError(f"{path}: cannot read: {e.strerror}") from e
+    try:
+        doc = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise BadInputError(f"{path}: not sacct --json output: not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise BadInputError(
+            f"{path}: not sacct --json output: invalid JSON at line {e.lineno} ({e.msg})"
+        ) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
+        raise BadInputError(f"{path}: not sacct --json output: no `jobs` list")
+    sink = BadRowSink(options.strict)
+    label = str(path)
+    cols: dict[str, list[Any]] = {k: [] for k in _COLUMNS}
+    unknown: dict[str, int] = {}
+    no_user = with_unix_group = 0
+    jobs = doc["jobs"]
+    for n, job in enumerate(jobs, start=1):
+        try:
+            row = _row(job, state_map, unknown)
+        except _Bad as e:
+            sink.add(label, n, str(e))
+            continue
+        if row["user"] is None:
+            no_user += 1
+            with_unix_group += row["_unix_group"] is not None
+        for k in _COLUMNS:
+            cols[k].append(row[k])
+        if options.progress is not None and n % 5000 == 0:
+            options.progress(int(len(raw) * n / len(jobs)))
+    if options.progress is not None:
+        options.progress(len(raw))
+    release = _slurm_release(doc)
+    bad_codes = bool(release and release.startswith("22.05"))
+    if bad_codes:  # its exit codes are 0 for jobs that exited 1 or 2: unknown, not 0
+        done = State.COMPLETED.value
+        pairs = zip(cols["exit_code"], cols["state"], strict=True)
+        cols["exit_code"] = [c if s == done else None for c, s in pairs]
+    types = {f.name: f.type for f in JOB_SCHEMA}
+    arrays = {k: pa.array(v, type=TS if k.endswith("_time") else types[k]) for k, v in cols.items()}
+    table = pa.table(arrays)
+    table = table.append_column("source", pa.array([options.source or name] * table.num_rows, pa.string()))
+    notes = [
+        f"read as sacct --json{f' of Slurm {release}' if release else ''}; times are epoch seconds (UTC)."
+    ]
+    if no_user:
+        hint = " (its `group` field holds the Unix group, not stored as the user)" if with_unix_group else ""
+        notes.append(
+            f"{no_user:,} jobs have no user in the JSON{hint}: Slurm 22.05's sacct --json leaves `user` null "
+            "for jobs without an association; `sacct -a -X -P -o ...` (docs/sacct.md) names them."
+        )
+    if bad_codes:
+        notes.append(
+            "Slurm 22.05's sacct --json reports exit code 0 for jobs that failed: their exit codes are "
+            "stored as unknown (states are right; `sacct -P` has both)."
+        )
+    for state, count in sorted(unknown.items()):
+        notes.append(f"{count:,} jobs with unknown state {state!r} stored as UNKNOWN.")
+    missing = [c for c in ("user", "group") if table.num_rows and table[c].null_count == table.num_rows]
+    return ReadResult(
+        table=conform(table),
+        format=name,
+        rows_read=len(jobs),
+        bad_rows=sink.rows,
+        bad_row_count=sink.count,
+        missing_fields=missing,
+        notes=notes,
+    )
