@@ -133,7 +133,7 @@ class JobViews:
         if d["p_success"] is not None:
             lines.append(
                 f"predicted: {100 * d['p_success']:.0f}% chance to complete, "
-                f"~{_dur(d['pred_runtime'])} if it does"
+                f"median runtime ~{_dur(d['pred_runtime'])} if it does"
             )
         out["explanation"] = lines
         return out
@@ -207,7 +207,7 @@ class JobViews:
 
 _WORDS: dict[str, tuple[str, Callable[[float], str]]] = {
     "p": ("chance to complete (p)", lambda v: f"{100 * v:.0f}%"),
-    "R_h": ("predicted runtime if it completes (R)", lambda v: _dur(v * 3600)),
+    "R_h": ("expected runtime if it completes (R, the mean)", lambda v: _dur(v * 3600)),
     "F_h": ("predicted time to failure if it fails (F)", lambda v: _dur(v * 3600)),
     "c_gpu_h": ("expected GPU-hours it will take (c)", lambda v: f"{v:.3g}"),
     "w": ("priority-class weight (w)", lambda v: f"{v:g}"),
