@@ -95,6 +95,19 @@ def test_show_without_a_model_file_uses_cold_start_estimates(
     assert s["model"] is None and "cold-start" in str(s["note"])
 
 
+def test_a_pending_job_on_an_old_log_is_shown_as_of_its_end_with_at_last(db: Path) -> None:
+    base = ["predict", "show", "--db", str(db), "--user", "u3", "--gpus", "4", "--json"]
+    now, last = _json(base), _json([*base, "--at", "last"])
+    assert "days before this job's submit time" in str(now["note"])  # the generated log ended long ago
+    assert "days before" not in str(last["note"])
+    f_now, f_last = now["features"], last["features"]
+    assert isinstance(f_now, dict) and isinstance(f_last, dict)
+    # as of the log's end the hours since u3's last success are those of the log, not years of silence
+    assert f_last["user_hours_since_success"] < 8 * 24 < f_now["user_hours_since_success"]
+    at = _json([*base, "--at", str(last["job"]["submit_time"])])  # type: ignore[index]
+    assert at["p_success"] == pytest.approx(last["p_success"])
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -105,6 +118,8 @@ def test_show_without_a_model_file_uses_cold_start_estimates(
         (["predict", "show", "no-such-job"], "not in the store"),
         (["predict", "show", "--user", "a", "--time-limit", "soon"], "cannot read"),
         (["predict", "show", "1", "--model", "missing.json"], "no model file"),
+        (["predict", "show", "--user", "a", "--at", "yesterday"], "expected an ISO time"),
+        (["predict", "show", "42", "--at", "last"], "--at is for a pending job"),
     ],
 )
 def test_bad_input_gives_one_clear_line(

@@ -148,7 +148,7 @@ def _run(
         "vs": other,
     }
     try:
-        if quiet:
+        if quiet or not err.is_terminal:  # off a terminal rich would leave a blank line on stderr
             return audit_report(con, **kw)
         with Progress(
             SpinnerColumn(),

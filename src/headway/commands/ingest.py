@@ -43,7 +43,7 @@ def _read_one(path: Path, fmt: str, opts: ReadOptions, quiet: bool) -> ReadResul
             err.print(f"{escape(str(path))}: detected format [bold]{chosen}[/]")
     reader = get_reader(chosen)
     size = path.stat().st_size if path.is_file() else 0
-    if quiet or size < 8 * 1024 * 1024:
+    if quiet or size < 8 * 1024 * 1024 or not err.is_terminal:  # rich leaves a blank line off a terminal
         return reader.read(path, opts)
     with Progress(
         TextColumn("[bold]{task.description}"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 import time
@@ -44,8 +45,9 @@ ModelOpt = Annotated[Path, typer.Option("--model", help="Model file written by `
 
 @contextmanager
 def _step(desc: str, quiet: bool) -> Iterator[None]:
-    """A spinner on stderr while one long step runs (silent under --json)."""
-    if quiet:
+    """A spinner on stderr while one long step runs (silent under --json, and when stderr is not a
+    terminal, where rich would leave a blank line)."""
+    if quiet or not err.is_terminal:
         yield
         return
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -360,12 +362,20 @@ def show(
     ] = None,
     partition: Annotated[str | None, typer.Option(help="Pending job: partition.")] = None,
     priority_class: Annotated[str | None, typer.Option(help="Pending job: priority class.")] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at",
+            help="Pending job: when it is submitted, an ISO time (UTC unless it says) or `last` (just after "
+            "the store's last job ended, for an old log). Default: now.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The three predictions for one job, what drove them, and a suggested time limit.
 
     For a stored job the features are those it had at its submit time. For a pending job (--user,
-    --gpus, ...) they come from every job in the store that has ended, as of now.
+    --gpus, ...) they come from every job in the store that ended before it is submitted (now, or --at).
     """
     import numpy as np
 
@@ -378,6 +388,8 @@ def show(
         fail("give a JOBID, or describe a pending job with --user/--name/--gpus/--time-limit")
     if job_id is not None and spec:
         fail("give either a JOBID or a pending job's options, not both")
+    if job_id is not None and at is not None:
+        fail("--at is for a pending job: a stored job is shown as of its own submit time")
     model: Predictor | None = None
     note = None
     try:
@@ -410,7 +422,8 @@ def show(
             tl_s = parse_time_limit(time_limit) if time_limit is not None else math.nan
         except ValueError as e:
             fail(str(e))
-        now = time.time()
+        now, at_note = _submit_time(at, frame.end)
+        note = "; ".join(n for n in (note, at_note) if n) or None
         g = float(gpus if gpus is not None else 1.0)
         state = replay_state(frame, now)
         hist = np.array([state.peek_row(user, group, name, g, now)], dtype=np.float64)
@@ -495,6 +508,39 @@ def show(
     if job_id is not None and job.get("state"):
         ran = job.get("runtime")
         out.print(f"what happened: {job['state']}" + (f" after {duration(ran)}" if ran is not None else ""))
+
+
+STALE_STORE_S = 30 * 86400.0
+
+
+def _submit_time(at: str | None, ends: Any) -> tuple[float, str | None]:
+    """A pending job's submit time from --at (epoch seconds), and a note when the store's history stops
+    long before it (time-since features then count the gap)."""
+    import numpy as np
+
+    done = ends[np.isfinite(ends)]
+    last = float(done.max()) if len(done) else None
+    if at is None:
+        now = time.time()
+    elif at.strip().lower() == "last":
+        if last is None:
+            fail("--at last: no job in the store has ended")
+        now = last + 1.0
+    else:
+        try:
+            when = dt.datetime.fromisoformat(at.strip())
+        except ValueError:
+            fail(f"--at {at!r}: expected an ISO time such as 2026-01-31T09:00 or `last`")
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        now = when.timestamp()
+    if last is not None and now - last > STALE_STORE_S:
+        days = (now - last) / 86400.0
+        return now, (
+            f"the store's last job ended {_iso(last)}, {days:,.0f} days before this job's submit time: "
+            "times since the user's last failure and success count that gap (--at last asks as of then)"
+        )
+    return now, None
 
 
 def _iso(t: float) -> str:
