@@ -270,16 +270,20 @@ def test_sync_loop_survives_slurmctld_restart_and_writes_nothing_while_down(
     c._run(["scancel", blocker, *queued, newcomer])
 
 
-def test_ingest_and_audit_report_the_clusters_real_outcomes(
-    cluster: TestCluster, history: dict[str, Any]
-) -> None:
-    c = cluster
+def _wait_for_the_timeout(c: TestCluster, history: dict[str, Any]) -> None:
     wait_for(
         "the --time=1 job to time out",
         lambda: sacct_states(c, [history["timeout"]]).get(history["timeout"]) == "TIMEOUT",
         150,
         every=2.0,
     )
+
+
+def test_ingest_and_audit_report_the_clusters_real_outcomes(
+    cluster: TestCluster, history: dict[str, Any]
+) -> None:
+    c = cluster
+    _wait_for_the_timeout(c, history)
     db = str(c.dir / "audit.duckdb")
     ing = headway(c, "ingest", "--from-slurm", "--since", "1d", "--db", db, "--json")
     assert ing.returncode == 0, ing.stderr
@@ -313,12 +317,7 @@ def test_sacct_json_ingests_to_the_same_jobs_as_sacct_p(
     (sacct -P) gives: ids, states, GPUs, nodes, times, names, limits; users and exit codes where Slurm's
     JSON has them."""
     c = cluster
-    wait_for(
-        "the --time=1 job to time out",
-        lambda: sacct_states(c, [history["timeout"]]).get(history["timeout"]) == "TIMEOUT",
-        150,
-        every=2.0,
-    )
+    _wait_for_the_timeout(c, history)
     out = c._run(["sacct", "-a", "-X", "--json", "-S", "now-1days"], timeout=60)
     assert out.returncode == 0, out.stderr
     path = c.dir / "sacct_live.json"

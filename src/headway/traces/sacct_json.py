@@ -147,18 +147,13 @@ def _job_id(job: Mapping[str, Any]) -> str:
     jid = _number(job.get("job_id"), "job_id")
     if jid is None:
         raise _Bad("no job_id")
-    arr = job.get("array")
-    if isinstance(arr, dict):
-        parent = _number(arr.get("job_id"), "array.job_id")
-        task = _number(arr.get("task_id"), "array.task_id")
-        if parent and task is not None:
-            return f"{int(parent)}_{int(task)}"
-    het = job.get("het")
-    if isinstance(het, dict):
-        parent = _number(het.get("job_id"), "het.job_id")
-        offset = _number(het.get("job_offset"), "het.job_offset")
-        if parent and offset is not None:
-            return f"{int(parent)}+{int(offset)}"
+    for part, key, sep in (("array", "task_id", "_"), ("het", "job_offset", "+")):
+        obj = job.get(part)
+        if isinstance(obj, dict):
+            parent = _number(obj.get("job_id"), f"{part}.job_id")
+            index = _number(obj.get(key), f"{part}.{key}")
+            if parent and index is not None:
+                return f"{int(parent)}{sep}{int(index)}"
     return str(int(jid))
 
 
