@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,10 @@ def _number(v: object, what: str) -> float | None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise _Bad(f"{what}: expected a number, got {type(v).__name__}")
-    return float(v)
+    n = float(v)
+    if not math.isfinite(n):  # Python's json reads NaN and Infinity, and 1e999 as inf
+        raise _Bad(f"{what}: {v} is not a finite number")
+    return n
 
 
 def _epoch(v: object, what: str) -> dt.datetime | None:
