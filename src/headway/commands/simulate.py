@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from headway.sim.cluster import ClusterSpec
-    from headway.sim.result import SimResult
+    from headway.sim.result import SimResult, WaitRecord
 
 ALL_POLICIES: tuple[str, ...] = (
     "fifo",
@@ -477,6 +477,50 @@ def run_policies(
     return results
 
 
+def _wait_segments(recs: Sequence[WaitRecord]) -> list[list[WaitRecord]]:
+    """Consecutive passes with the same tier and the same reservation state, as one stretch each: the
+    factors in a reason change at every pass (waited time, fair share), so a row per pass would bury
+    the few changes that matter."""
+    segs: list[list[WaitRecord]] = []
+    key = None
+    for w in recs:
+        k = (w.reason.split(";", 1)[0], w.reservation_start is not None)
+        if segs and k == key:
+            segs[-1].append(w)
+        else:
+            segs.append([w])
+            key = k
+    return segs
+
+
+def _stretch_rows(recs: Sequence[WaitRecord], most: int = 40) -> list[tuple[str, ...]]:
+    """The explain table's rows: from, to, passes, rank, reservation, reason; past `most` stretches the
+    first and the last ones (how the wait began, and what ended it) around a `...` row."""
+    segs: list[list[WaitRecord]] = _wait_segments(recs)
+    cut = 0
+    if len(segs) > most:
+        head = most * 3 // 8
+        cut = len(segs) - most
+        segs = [*segs[:head], [], *segs[head + cut :]]
+    rows: list[tuple[str, ...]] = []
+    for seg in segs:
+        if not seg:
+            rows.append(("...", "", "", "", "", f"{cut} more stretches"))
+            continue
+        a, b = seg[0], seg[-1]
+        rows.append(
+            (
+                fmt_seconds(a.t),
+                fmt_seconds(b.t),
+                str(len(seg)),
+                f"{a.rank}/{a.of}" if len(seg) == 1 else f"{a.rank}/{a.of}->{b.rank}/{b.of}",
+                fmt_seconds(b.reservation_start) if b.reservation_start is not None else "-",
+                b.reason,
+            )
+        )
+    return rows
+
+
 def _explain_tables(results: Sequence[SimResult], job_id: str) -> tuple[list[Table], dict[str, Any]]:
     import pyarrow.compute as pc
 
@@ -508,23 +552,12 @@ def _explain_tables(results: Sequence[SimResult], job_id: str) -> tuple[list[Tab
             f"{r.policy}: job {job_id} submitted at {fmt_seconds(job.get('submit'))}, "
             f"started after {fmt_seconds(wait)} ({len(recs)} scheduling passes while it waited)"
         )
-        t = Table(title=title)
-        for c in ("t", "rank", "score", "reason", "reservation"):
-            t.add_column(c, justify="left" if c == "reason" else "right")
-        shown = list(recs)
-        if len(shown) > 24:  # first and last passes, plus every change of reason in between
-            keep = {0, 1, 2, len(shown) - 3, len(shown) - 2, len(shown) - 1}
-            keep |= {i for i in range(1, len(shown)) if shown[i].reason != shown[i - 1].reason}
-            idx = sorted(k for k in keep if 0 <= k < len(shown))[:40]
-            shown = [shown[i] for i in idx]
-        for w in shown:
-            t.add_row(
-                fmt_seconds(w.t),
-                f"{w.rank}/{w.of}",
-                f"{w.score:.4g}",
-                w.reason,
-                fmt_seconds(w.reservation_start) if w.reservation_start is not None else "-",
-            )
+        t = Table(title=title, caption="one row per stretch of passes in the same tier and reservation state")
+        for c in ("from", "to", "passes", "rank", "resv. at"):
+            t.add_column(c, justify="right", no_wrap=True)
+        t.add_column("why (its last pass)", justify="left", ratio=1, min_width=20)
+        for row in _stretch_rows(recs):
+            t.add_row(*row)
         tables.append(t)
     return tables, data
 
