@@ -678,7 +678,7 @@ def simulate(
         comparison_table(
             metrics,
             f"{Path(info.label).name}: {info.jobs:,} jobs, {capacity:g} GPUs, {load_txt} "
-            f"(offered {offered:.2f})",
+            f"(offered {offered:.3g})",
         )
     )
     counts = doc["excluded_counts"]
