@@ -583,7 +583,13 @@ def simulate(
             show_default=False,
         ),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed for tie-breaking and predictor training.")] = 0,
+    seed: Annotated[
+        int,
+        typer.Option(
+            help="Seed of the predictor's training (LightGBM's row and feature sampling). The replay itself "
+            "is deterministic: policies that read no predictions give the same result for every seed."
+        ),
+    ] = 0,
     as_json: JsonOpt = False,
     html_out: Annotated[
         Path | None,
@@ -782,7 +788,11 @@ def sweep(
         str, typer.Option(help="Comma-separated offered loads; `natural` keeps the trace's arrivals.")
     ] = "0.6,0.8,1.0",
     seeds: Annotated[
-        str, typer.Option(help="Comma-separated seeds; each grid point runs once per seed.")
+        str,
+        typer.Option(
+            help="Comma-separated seeds of the predictor's training; each policy that reads predictions "
+            "runs once per seed, the others once per load (their replay does not depend on it)."
+        ),
     ] = "0,1,2",
     placement: PlacementOpt = None,
     scheduler: Annotated[
@@ -850,7 +860,8 @@ def sweep(
         return
     t = Table(
         title=f"{Path(info.label).name}: median over {len(seed_list)} seeds",
-        caption="below each median: half the min-max range over seeds, as % of the median",
+        caption="below each median: half the min-max range over seeds, as % of the median (the seed "
+        "reaches only the predictor's training: a policy that reads no predictions runs once)",
         caption_justify="left",
         box=box.SIMPLE_HEAD,
         show_lines=True,
@@ -866,6 +877,8 @@ def sweep(
             txt = fmt_metric(m, s.median)
             if s.n > 1 and s.low is not None and s.high is not None and s.median:
                 txt += f"\n[dim]±{50 * (s.high - s.low) / abs(s.median):.0f}%[/]"
+            elif s.n == 1 and len(seed_list) > 1:
+                txt += "\n[dim]one run[/]"
             cells_txt.append(txt)
         t.add_row(ld, pol, *cells_txt)
     out.print(t)

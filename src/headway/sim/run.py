@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -24,23 +24,15 @@ TOO_BIG = "larger than the cluster"
 NO_SUBMIT = "no submit time"
 
 
-def default_predictor_factory() -> OnlinePredictor:
-    """The project's online predictor (headway.predict.online)."""
-    try:
-        mod = importlib.import_module("headway.predict.online")
-    except ImportError as e:  # pragma: no cover - depends on the install
-        raise RuntimeError("the online predictor (headway.predict.online) is not available") from e
-    for name in ("make_online_predictor", "make_predictor", "create"):
-        fn = getattr(mod, name, None)
-        if callable(fn):
-            made: OnlinePredictor = fn()
-            return made
-    for name in ("OnlinePredictor",):
-        cls = getattr(mod, name, None)
-        if isinstance(cls, type):
-            inst: OnlinePredictor = cls()
-            return inst
-    raise RuntimeError("headway.predict.online has no predictor factory")
+def default_predictor_factory(seed: int = 0) -> OnlinePredictor:
+    """The project's online predictor; `seed` shifts the seed of its LightGBM training (row and feature
+    sampling), and seed 0 is the predictor's own default."""
+    from dataclasses import replace
+
+    from headway.predict.online import ONLINE_CONFIG
+    from headway.predict.online import OnlinePredictor as Online
+
+    return Online(config=replace(ONLINE_CONFIG, seed=ONLINE_CONFIG.seed + seed))
 
 
 class NoPredictor:
@@ -191,9 +183,11 @@ def run_simulation(
 ) -> SimResult:
     """Replay `jobs` (JOB_SCHEMA) on the cluster under one policy.
 
-    `seed` seeds numpy's global generator for predictors that draw random numbers; the engine itself
-    is deterministic (ties break by submit order and event sequence). `progress(done, total)` is called
-    as jobs end. Raises ValueError for an unknown policy or placement, or a bad load.
+    `seed` seeds the default predictor's training (and numpy's global generator, for a predictor given
+    here that draws random numbers); the engine and the policies are deterministic (ties break by submit
+    order and event sequence), so a policy that reads no predictions gives the same result for any seed.
+    `progress(done, total)` is called as jobs end. Raises ValueError for an unknown policy or placement,
+    or a bad load.
 
     `predictor_factory` None: the project's online predictor for a policy that reads predictions, none
     for one that never does (`Policy.uses_predictions`; its decisions are the same either way). A
@@ -201,7 +195,7 @@ def run_simulation(
     """
     pol = get_policy(policy, placement, **(policy_options or {}))
     if predictor_factory is None:
-        predictor_factory = default_predictor_factory if pol.uses_predictions else NoPredictor
+        predictor_factory = partial(default_predictor_factory, seed) if pol.uses_predictions else NoPredictor
     arrays, truth, excluded, counts, natural, final = prepare(
         jobs, cluster_spec, load=load, include_cpu=include_cpu
     )

@@ -40,7 +40,17 @@ class CellResult:
 
 
 def grid(policies: Sequence[str], loads: Sequence[float | None], seeds: Sequence[int]) -> list[Cell]:
-    return [Cell(p, load, s) for load, p, s in itertools.product(loads, policies, seeds)]
+    """Every policy x load x seed, except that a policy reading no predictions runs once per load (with
+    the first seed): the engine is deterministic and the seed only reaches the predictor's training, so
+    its other seeds would repeat the same replay."""
+    from headway.policy.policies import get_policy
+
+    varies = {p: get_policy(p).uses_predictions for p in policies}
+    return [
+        Cell(p, load, s)
+        for load, p, s in itertools.product(loads, policies, seeds)
+        if varies[p] or s == seeds[0]
+    ]
 
 
 def run_cell(
