@@ -189,6 +189,16 @@ def test_without_time_limits_the_audit_says_so_instead_of_printing_zeros(tmp_pat
     assert "no time limits in this data" in text and "0 jobs hit their time limit" not in text
 
 
+def test_grouping_by_a_field_the_data_lacks_says_so_and_names_one_it_has(tmp_path: Path) -> None:
+    db = store_with(tmp_path, [job("1", State.COMPLETED, name=None), job("2", State.FAILED, name=None)])
+    by_name, by_user = report_of(db, by="name"), report_of(db, by="user")
+    assert (
+        "no job names in this data: the top-name table is one row, (none); --by user groups by what it has"
+        in (by_name["notes"])
+    )
+    assert not any("in this data: the top-" in n for n in by_user["notes"])
+
+
 def test_waiting_reports_median_p90_max_overall_by_size_and_for_short_jobs(tmp_path: Path) -> None:
     jobs = [
         job("s1", State.COMPLETED, gpus=1, wait=1 * MIN, runtime=10 * MIN),

@@ -647,6 +647,9 @@ def audit_report(
     return report
 
 
+_BY_WORDS = {"user": "users", "group": "groups", "name": "job names", "partition": "partitions"}
+
+
 def _notes(r: dict[str, Any], include_cpu: bool) -> list[str]:
     notes = []
     t = r["totals"]
@@ -658,4 +661,11 @@ def _notes(r: dict[str, Any], include_cpu: bool) -> list[str]:
         notes.append("no time limits in this data: over-asking cannot be measured")
     if t["cpu_jobs"] and not include_cpu:
         notes.append(f"{t['cpu_jobs']:,} CPU-only jobs not audited (--include-cpu adds them)")
+    by = r["top"]["by"]
+    rows = r["top"].get(by) or []
+    if t["audited_jobs"] and len(rows) == 1 and rows[0]["key"] == "(none)":
+        others = [d for d in BY_CHOICES if d != by and any(x["key"] != "(none)" for x in r["top"].get(d, []))]
+        hint = f"; --by {others[0]} groups by what it has" if others else ""
+        what = _BY_WORDS.get(by, by)
+        notes.append(f"no {what} in this data: the top-{by} table is one row, (none){hint}")
     return notes
