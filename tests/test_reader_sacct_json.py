@@ -158,3 +158,17 @@ def test_a_bad_job_record_is_reported_by_number_and_the_others_kept(tmp_path: Pa
     ]
     with pytest.raises(BadInputError, match=r"mixed.json:2: time.start"):
         READER.read(p, ReadOptions(strict=True))
+
+
+def test_squeue_json_is_named_as_the_queue_not_read_as_accounting(tmp_path: Path) -> None:
+    p = tmp_path / "queue.json"
+    p.write_text(json.dumps({"meta": {}, "jobs": [{"job_id": 5, "job_state": "PENDING", "submit_time": 1}]}))
+    assert sniff(p) == "sacct"
+    with pytest.raises(BadInputError, match=r"this is `squeue --json` output"):
+        READER.read(p, ReadOptions())
+
+
+@pytest.mark.shared
+def test_real_squeue_json_is_refused_with_the_command_to_use(shared_traces: Path) -> None:
+    with pytest.raises(BadInputError, match=r"sacct -a -X --json"):
+        READER.read(shared_traces / "slurm-22.05" / "squeue_pending.json", ReadOptions())

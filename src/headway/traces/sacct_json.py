@@ -48,9 +48,12 @@ class _Bad(Exception):
 
 
 def looks_like_sacct_json(head: bytes) -> bool:
-    """The first bytes of `sacct --json` (or `squeue --json`-shaped documents with sacct's job keys)."""
+    """The first bytes of `sacct --json`: a `jobs` list whose jobs have sacct's `time` and `state`
+    objects (`squeue --json` has `job_state` and `submit_time` instead; `read_sacct_json` names it)."""
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    return text.startswith(b"{") and b'"jobs"' in text and (b'"job_id"' in text or b'"Slurm"' in text)
+    if not (text.startswith(b"{") and b'"jobs"' in text):
+        return False
+    return b'"job_state"' in text or (b'"job_id"' in text and b'"submission"' in text)
 
 
 def _number(v: object, what: str) -> float | None:
@@ -243,6 +246,12 @@ def read_sacct_json(
         ) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
         raise BadInputError(f"{path}: not sacct --json output: no `jobs` list")
+    first = next((j for j in doc["jobs"] if isinstance(j, dict)), {})
+    if "job_state" in first and "time" not in first:
+        raise BadInputError(
+            f"{path}: this is `squeue --json` output (the queue as it is now), not accounting: ingest reads "
+            "ended jobs from `sacct -a -X --json` or `sacct -a -X -P -o ...` (docs/sacct.md)"
+        )
     sink = BadRowSink(options.strict)
     label = str(path)
     cols: dict[str, list[Any]] = {k: [] for k in _COLUMNS}
