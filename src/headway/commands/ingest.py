@@ -13,6 +13,7 @@ from rich.table import Table
 
 from headway.console import err, fail, out, print_json
 from headway.traces.base import BadInputError, ReadOptions, ReadResult
+from headway.traces.compressed import plain_file, relabel
 from headway.traces.registry import FORMATS, get_reader, sniff
 
 if TYPE_CHECKING:
@@ -36,15 +37,21 @@ def _parse_tres_ids(value: str | None) -> tuple[int, ...] | None:
 
 
 def _read_one(path: Path, fmt: str, opts: ReadOptions, quiet: bool) -> ReadResult:
+    with plain_file(path) as plain:
+        return relabel(_read_plain(plain, path, fmt, opts, quiet), plain, path)
+
+
+def _read_plain(plain: Path, path: Path, fmt: str, opts: ReadOptions, quiet: bool) -> ReadResult:
+    """Read `plain` (`path`, or its decompressed copy), naming `path` to the user."""
     chosen = fmt
     if fmt == "auto":
-        chosen = sniff(path, has_mapping=opts.mapping is not None)
+        chosen = sniff(plain, has_mapping=opts.mapping is not None)
         if not quiet:
             err.print(f"{escape(str(path))}: detected format [bold]{chosen}[/]")
     reader = get_reader(chosen)
-    size = path.stat().st_size if path.is_file() else 0
+    size = plain.stat().st_size if plain.is_file() else 0
     if quiet or size < 8 * 1024 * 1024 or not err.is_terminal:  # rich leaves a blank line off a terminal
-        return reader.read(path, opts)
+        return reader.read(plain, opts)
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -58,7 +65,7 @@ def _read_one(path: Path, fmt: str, opts: ReadOptions, quiet: bool) -> ReadResul
         def advance(n: int) -> None:
             progress.update(task, completed=n)
 
-        return reader.read(path, dataclasses.replace(opts, progress=advance))
+        return reader.read(plain, dataclasses.replace(opts, progress=advance))
 
 
 def ingest(

@@ -157,6 +157,7 @@ def load_jobs(
     from headway.schema import conform
     from headway.store import JobStore, StoreError
     from headway.traces.base import ReadOptions
+    from headway.traces.compressed import plain_file
     from headway.traces.registry import FORMATS, get_reader, sniff
 
     if trace is not None and db is not None:
@@ -187,8 +188,9 @@ def load_jobs(
             if fmt not in FORMATS:
                 fail(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}, parquet")
             try:
-                chosen = sniff(trace) if fmt == "auto" else fmt
-                res = get_reader(chosen).read(trace, ReadOptions(tz=tz))
+                with plain_file(trace) as plain:
+                    chosen = sniff(plain) if fmt == "auto" else fmt
+                    res = get_reader(chosen).read(plain, ReadOptions(tz=tz))
             except BadInputError as e:
                 fail(str(e))
             except (OSError, UnicodeError) as e:
