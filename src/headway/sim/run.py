@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from headway.policy.placement import fits_empty, max_nodes_for
@@ -20,6 +22,7 @@ from headway.sim.result import SimResult
 
 NEVER_RAN = "never started or never ended in the trace"
 CPU_ONLY = "CPU-only (0 GPUs)"
+_DIGITS = re.compile(r"(\d+)")
 TOO_BIG = "larger than the cluster"
 NO_SUBMIT = "no submit time"
 
@@ -65,11 +68,44 @@ def _objects(col: pa.ChunkedArray) -> np.ndarray:
     return np.asarray(col.to_pylist(), dtype=object)
 
 
+def _natural(job_id: str) -> tuple[str | int, ...]:
+    """`application_1506638472019_9999` before `..._10000`: digit runs compare as numbers, so the order
+    is the scheduler's own numbering (Slurm ids, YARN application sequence numbers)."""
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(_DIGITS.split(job_id)))
+
+
+def _canonical_order(idx: npt.NDArray[np.intp], sub: npt.NDArray[np.float64], t: pa.Table) -> Any:
+    """`idx` by submit time, then source, then job id in natural order: jobs submitted in the same
+    second start in one order whatever order the rows came in (a log file, the store, an exported
+    Parquet file); a log's own row order decided it before, and moved results by a few per cent."""
+    o = np.argsort(sub, kind="stable")
+    s = sub[o]
+    tied = np.zeros(len(s), dtype=bool)
+    eq = s[1:] == s[:-1]
+    tied[1:] |= eq
+    tied[:-1] |= eq
+    if not tied.any():
+        return idx[o]
+    pos = np.flatnonzero(tied)  # positions (in submit order) of jobs that share their submit time
+    rows = pa.array(idx[o[pos]])
+    keys = list(
+        zip(
+            t.column("source").take(rows).to_pylist(),
+            map(_natural, t.column("job_id").take(rows).to_pylist()),
+            strict=True,
+        )
+    )
+    group = np.cumsum(np.r_[True, s[pos[1:]] != s[pos[:-1]]])  # runs of one submit time
+    perm = sorted(range(len(pos)), key=lambda i: (group[i], keys[i]))
+    o[pos] = o[pos[perm]]
+    return idx[o]
+
+
 def prepare(
     jobs: pa.Table, spec: ClusterSpec, *, load: float | None = None, include_cpu: bool = False
 ) -> tuple[JobArrays, Truth, list[str], dict[str, int], float, float]:
-    """Job arrays (submit-sorted, times in seconds from the first arrival), the hidden truth, what was
-    left out and why, the natural load and the load after rescaling."""
+    """Job arrays (sorted by submit time, then source and job id; times in seconds from the first
+    arrival), the hidden truth, what was left out and why, the natural load and the load after rescaling."""
     t = conform(jobs)
     submit_raw = t.column("submit_time")
     start_raw, end_raw = t.column("start_time"), t.column("end_time")
@@ -112,8 +148,7 @@ def prepare(
     counts[TOO_BIG] = big
     counts = {k: v for k, v in counts.items() if v}
     idx = np.flatnonzero(keep)
-    sub = _seconds(submit_raw.take(pa.array(idx)))
-    order = idx[np.argsort(sub, kind="stable")]
+    order = _canonical_order(idx, _seconds(submit_raw.take(pa.array(idx))), t)
     tt = t.take(pa.array(order))
     submit = _seconds(tt.column("submit_time"))
     runtime = np.maximum(_seconds(tt.column("end_time")) - _seconds(tt.column("start_time")), 0.0)
