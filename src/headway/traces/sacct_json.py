@@ -21,25 +21,8 @@ import pyarrow as pa
 from headway.schema import JOB_SCHEMA, TS, State, conform
 from headway.traces.base import BadInputError, BadRowSink, ReadOptions, ReadResult
 
-# The schema columns a record fills, in the order `_row` returns them.
-_COLUMNS = (
-    "job_id",
-    "user",
-    "group",
-    "name",
-    "partition",
-    "priority_class",
-    "submit_time",
-    "start_time",
-    "end_time",
-    "gpus",
-    "nodes",
-    "cpus",
-    "mem_mb",
-    "time_limit",
-    "state",
-    "exit_code",
-)
+# The schema columns a record fills: every one but `source`.
+_COLUMNS = tuple(n for n in JOB_SCHEMA.names if n != "source")
 _NO_LIMIT = 4294967294  # Slurm's INFINITE / NO_VAL for 32-bit fields (and above)
 
 
