@@ -21,7 +21,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headway.schema import ENDED_STATES, State
+from headway.schema import ENDED_STATES, State, submit_order
 
 NAN = math.nan
 PRIOR_STRENGTH = 4.0  # pseudo-jobs of the Beta prior: how much history outweighs the global rate
@@ -1228,7 +1228,7 @@ def build_features(table: pa.Table, *, include_cpu: bool = False, method: str = 
         keep = pc.and_(keep, pc.greater(pc.fill_null(table.column("gpus"), 0.0), 0.0))
     table = table.filter(keep)
     submit = _seconds(table.column("submit_time"))
-    order = np.argsort(submit, kind="stable")
+    order = submit_order(submit, table)  # ties in one order, whatever the rows' order (headway.schema)
     table = table.take(pa.array(order))
     submit = submit[order]
     start = _seconds(table.column("start_time"))

@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 
 from headway.policy.placement import fits_empty, max_nodes_for
 from headway.policy.policies import get_policy
 from headway.predict.api import EndedJob, OnlinePredictor, Predictions, SubmittedJob
-from headway.schema import conform
+from headway.schema import conform, submit_order
 from headway.sim.cluster import Cluster, ClusterSpec
 from headway.sim.engine import Engine, EngineOptions, JobArrays, Truth
 from headway.sim.result import SimResult
 
 NEVER_RAN = "never started or never ended in the trace"
 CPU_ONLY = "CPU-only (0 GPUs)"
-_DIGITS = re.compile(r"(\d+)")
 TOO_BIG = "larger than the cluster"
 NO_SUBMIT = "no submit time"
 
@@ -66,39 +63,6 @@ def _floats(col: pa.ChunkedArray) -> np.ndarray:
 
 def _objects(col: pa.ChunkedArray) -> np.ndarray:
     return np.asarray(col.to_pylist(), dtype=object)
-
-
-def _natural(job_id: str) -> tuple[str | int, ...]:
-    """`application_1506638472019_9999` before `..._10000`: digit runs compare as numbers, so the order
-    is the scheduler's own numbering (Slurm ids, YARN application sequence numbers)."""
-    return tuple(int(p) if i % 2 else p for i, p in enumerate(_DIGITS.split(job_id)))
-
-
-def _canonical_order(idx: npt.NDArray[np.intp], sub: npt.NDArray[np.float64], t: pa.Table) -> Any:
-    """`idx` by submit time, then source, then job id in natural order: jobs submitted in the same
-    second start in one order whatever order the rows came in (a log file, the store, an exported
-    Parquet file); a log's own row order decided it before, and moved results by a few per cent."""
-    o = np.argsort(sub, kind="stable")
-    s = sub[o]
-    tied = np.zeros(len(s), dtype=bool)
-    eq = s[1:] == s[:-1]
-    tied[1:] |= eq
-    tied[:-1] |= eq
-    if not tied.any():
-        return idx[o]
-    pos = np.flatnonzero(tied)  # positions (in submit order) of jobs that share their submit time
-    rows = pa.array(idx[o[pos]])
-    keys = list(
-        zip(
-            t.column("source").take(rows).to_pylist(),
-            map(_natural, t.column("job_id").take(rows).to_pylist()),
-            strict=True,
-        )
-    )
-    group = np.cumsum(np.r_[True, s[pos[1:]] != s[pos[:-1]]])  # runs of one submit time
-    perm = sorted(range(len(pos)), key=lambda i: (group[i], keys[i]))
-    o[pos] = o[pos[perm]]
-    return idx[o]
 
 
 def prepare(
@@ -148,7 +112,8 @@ def prepare(
     counts[TOO_BIG] = big
     counts = {k: v for k, v in counts.items() if v}
     idx = np.flatnonzero(keep)
-    order = _canonical_order(idx, _seconds(submit_raw.take(pa.array(idx))), t)
+    keys = t.select(["source", "job_id"]).take(pa.array(idx))
+    order = idx[submit_order(_seconds(submit_raw.take(pa.array(idx))), keys)]
     tt = t.take(pa.array(order))
     submit = _seconds(tt.column("submit_time"))
     runtime = np.maximum(_seconds(tt.column("end_time")) - _seconds(tt.column("start_time")), 0.0)

@@ -1,4 +1,4 @@
-"""A replay depends on the jobs, not on the order of the rows they came in."""
+"""A replay and the predictor's features depend on the jobs, not on the order of the rows they came in."""
 
 from __future__ import annotations
 
@@ -36,7 +36,17 @@ def test_shuffled_rows_give_the_same_order_and_the_same_replay() -> None:
 
 
 def test_jobs_of_one_second_go_in_the_schedulers_numbering_not_as_text() -> None:
-    from headway.sim.run import _natural
+    from headway.schema import natural_key as _natural
 
     ids = ["app_17_10000", "app_17_9999", "app_9_5", "123_10", "123_9", "124"]
     assert sorted(ids, key=_natural) == ["123_9", "123_10", "124", "app_9_5", "app_17_9999", "app_17_10000"]
+
+
+def test_features_of_shuffled_rows_are_the_same_rows_in_the_same_order() -> None:
+    from headway.predict.features import build_features
+
+    t = _with_ties(600)
+    shuffled = t.take(pa.array(np.random.default_rng(4).permutation(t.num_rows)))
+    a, b = build_features(t), build_features(shuffled)
+    assert list(a.job_id) == list(b.job_id)
+    np.testing.assert_array_equal(a.X, b.X)  # "submissions in the last hour" counts the tied jobs alike
