@@ -67,6 +67,25 @@ def test_squeue_json_reads_pending_and_running_jobs_with_gpu_totals(shared_trace
     assert by_id["1"].priority == 10000
 
 
+def test_squeue_json_of_slurm_23_reads_wrapped_numbers_and_state_flags() -> None:
+    def num(v: int) -> dict[str, object]:
+        return {"set": True, "infinite": False, "number": v}
+
+    job = {
+        "job_id": 7,
+        "job_state": ["PENDING"],
+        "user_name": "ann",
+        "submit_time": num(1_700_000_000),
+        "node_count": num(2),
+        "time_limit": {"set": True, "infinite": True, "number": 0},
+        "priority": num(4242),
+        "tres_req_str": "cpu=2,gres/gpu=16,node=2",
+    }
+    (j,) = parse_squeue_json(json.dumps({"jobs": [job]}))
+    assert (j.state, j.nodes, j.gpus, j.time_limit, j.priority) == ("PENDING", 2, 16.0, None, 4242)
+    assert j.submit_time == 1_700_000_000
+
+
 def test_sprio_long_gives_priority_and_each_factor(shared_traces: Path) -> None:
     rows = parse_sprio_long((shared_traces / SLURM / "sprio_long.txt").read_text())
     assert len(rows) == 19

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from headway.slurm.runner import Runner, SlurmError
+from headway.traces.sacct_json import unwrap
 
 
 class ParseError(SlurmError):
@@ -85,12 +86,9 @@ def _none(v: object) -> str | None:
 
 def _minutes(v: object) -> float | None:
     """squeue --json time_limit: minutes, or null / a huge value / 'UNLIMITED' when there is none."""
+    v = unwrap(v)  # later Slurm versions: {"set": true, "infinite": false, "number": N}
     if v is None or isinstance(v, bool):
         return None
-    if isinstance(v, dict):  # later Slurm versions: {"set": true, "infinite": false, "number": N}
-        if v.get("infinite") or not v.get("set", True):
-            return None
-        v = v.get("number")
     try:
         n = float(v)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -99,8 +97,7 @@ def _minutes(v: object) -> float | None:
 
 
 def _epoch(v: object) -> float | None:
-    if isinstance(v, dict):
-        v = v.get("number") if v.get("set", True) else None
+    v = unwrap(v)
     if v is None or isinstance(v, bool):
         return None
     try:
@@ -129,14 +126,12 @@ def parse_squeue_json(text: str) -> list[QueueJob]:
             continue
         try:
             job_id = str(j["job_id"])
-            nodes = int(j.get("node_count") or 1) if not isinstance(j.get("node_count"), dict) else 1
+            nodes = int(unwrap(j.get("node_count")) or 1)  # type: ignore[call-overload]
             submit = _epoch(j.get("submit_time"))
         except (KeyError, TypeError, ValueError) as e:
             raise ParseError(f"squeue --json: job record {i}: bad or missing field {e}") from None
         start = _epoch(j.get("start_time")) if state == "RUNNING" else None
-        prio = j.get("priority")
-        if isinstance(prio, dict):
-            prio = prio.get("number")
+        prio = unwrap(j.get("priority"))
         out.append(
             QueueJob(
                 job_id=job_id,

@@ -39,12 +39,19 @@ def looks_like_sacct_json(head: bytes) -> bool:
     return b'"job_state"' in text or (b'"job_id"' in text and b'"submission"' in text)
 
 
-def _number(v: object, what: str) -> float | None:
-    """A plain number, or a `{set, infinite, number}` object (23.02+); None when unset or infinite."""
+def unwrap(v: object) -> object:
+    """Slurm 23.02+ wraps numbers as `{"set", "infinite", "number"}`: the number, or None when unset or
+    infinite; anything else as it is (22.05's plain numbers). `squeue --json` is read with it too."""
     if isinstance(v, dict):
         if v.get("infinite") or v.get("set") is False:
             return None
-        v = v.get("number")
+        return v.get("number")
+    return v
+
+
+def _number(v: object, what: str) -> float | None:
+    """A plain or wrapped number (`unwrap`); None when unset or infinite."""
+    v = unwrap(v)
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float):
