@@ -544,6 +544,4 @@ def _submit_time(at: str | None, ends: Any) -> tuple[float, str | None]:
 
 
 def _iso(t: float) -> str:
-    import datetime as dt
-
     return dt.datetime.fromtimestamp(float(t), tz=dt.UTC).isoformat(timespec="seconds")

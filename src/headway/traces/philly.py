@@ -24,10 +24,10 @@ import pyarrow as pa
 
 from headway.schema import JOB_SCHEMA, TS, State, conform
 from headway.traces.base import BadInputError, BadRowSink, ReadOptions, ReadResult
+from headway.traces.compressed import GZIP_MAGIC
 
 NAME = "philly"
 DEFAULT_TZ = "America/Los_Angeles"
-GZIP_MAGIC = b"\x1f\x8b"
 
 STATE_OF: dict[str, State] = {
     "Pass": State.COMPLETED,
