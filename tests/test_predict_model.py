@@ -101,6 +101,19 @@ def test_training_is_deterministic(frame) -> None:  # type: ignore[no-untyped-de
     np.testing.assert_array_equal(a.p_success, b.p_success)
 
 
+def test_models_trained_side_by_side_are_the_ones_trained_one_by_one(frame) -> None:  # type: ignore[no-untyped-def]
+    rows = np.flatnonzero(frame.ended)[:3000]
+    side = Predictor.fit(frame, rows, FAST)
+    alone = Predictor.fit(frame, rows, replace(FAST, parallel=False))
+    assert sorted(side.boosters) == sorted(alone.boosters) and len(side.boosters) >= 3
+    for key, booster in side.boosters.items():
+        assert booster.model_to_string() == alone.boosters[key].model_to_string()
+    assert side.calibration == alone.calibration and side.meta["shrink"] == alone.meta["shrink"]
+    a, b = side.predict_frame(frame), alone.predict_frame(frame)
+    for field in ("p_success", "runtime", "runtime_p90", "time_to_failure"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+
+
 def test_bad_model_files_give_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ModelFileError, match="no model file"):
         Predictor.load(tmp_path / "missing.json")

@@ -89,6 +89,7 @@ class TrainConfig:
     # evaluation-only experiment (not in OnlinePredictor; off: it lost on the validation folds): refit a
     # Platt map daily on the last N ended jobs' served probabilities
     recalibrate: int = 0
+    parallel: bool = True  # train the models side by side, one thread each (same models as one by one)
 
 
 @dataclass(slots=True)
@@ -144,22 +145,36 @@ def design(
     """Numeric features plus each categorical column as its code in the training vocabulary (NaN: unseen)."""
     cols = [X]
     for name in CATEGORICAL_FEATURES:
-        values = cats[name]
-        levels = vocab.get(name, [])
-        if len(values) > 64:  # code each distinct value once, then gather
-            import pandas as pd
-
-            arr = np.empty(len(values), dtype=object)
-            arr[:] = values
-            codes_v, uniq = pd.factorize(arr, use_na_sentinel=True)
-            index = {v: float(k) for k, v in enumerate(levels)}
-            lut = np.array([index.get(v, np.nan) for v in uniq] + [np.nan], dtype=np.float64)
-            codes = lut[codes_v]  # -1 (null) takes the last entry: NaN
-        else:  # a dict beats pandas' setup cost for the few rows an online call brings
-            index = {v: float(k) for k, v in enumerate(levels)}
-            codes = np.array([index.get(v, np.nan) if v is not None else np.nan for v in values], np.float64)
-        cols.append(codes.reshape(-1, 1))
+        cols.append(_codes(cats[name], vocab.get(name, [])).reshape(-1, 1))
     return np.hstack(cols)
+
+
+def _codes(values: Any, levels: list[str]) -> npt.NDArray[np.float64]:
+    """Each value's position in `levels` as a float (NaN: unseen or null)."""
+    index = {v: float(k) for k, v in enumerate(levels)}
+    if len(values) > 64:  # code each distinct value once, then gather
+        import pandas as pd
+
+        arr = np.empty(len(values), dtype=object)
+        arr[:] = values
+        codes_v, uniq = pd.factorize(arr, use_na_sentinel=True)
+        lut = np.array([index.get(v, np.nan) for v in uniq] + [np.nan], dtype=np.float64)
+        out: npt.NDArray[np.float64] = lut[codes_v]  # -1 (null) takes the last entry: NaN
+        return out
+    # a dict beats pandas' setup cost for the few rows an online call brings
+    return np.array([index.get(v, np.nan) if v is not None else np.nan for v in values], np.float64)
+
+
+def _training_input(
+    X: npt.NDArray[np.float64], cats: dict[str, Any], rows: npt.NDArray[np.intp], vocab: dict[str, list[str]]
+) -> npt.NDArray[np.float64]:
+    """`tree_input(design(...))` of `rows` filled in place: one array of 100k+ rows instead of three."""
+    k = len(_TREE) - len(CATEGORICAL_FEATURES)
+    out = np.empty((len(rows), len(_TREE)), dtype=np.float64)
+    out[:, :k] = X[np.ix_(rows, _TREE[:k])]
+    for i, name in enumerate(CATEGORICAL_FEATURES):
+        out[:, k + i] = _codes(cats[name][rows], vocab.get(name, []))
+    return out
 
 
 RUNTIME_STARTS = {
@@ -354,6 +369,23 @@ def _lgb_params(cfg: TrainConfig, objective: str, **extra: Any) -> dict[str, Any
     }
 
 
+def _train_all(tasks: list[tuple[Any, ...]], train: Any, parallel: bool) -> dict[str, Any]:
+    """Each task's booster, trained one by one or side by side in threads.
+
+    LightGBM releases the GIL while it bins data and grows trees, and each model is single-threaded
+    and seeded on its own, so the boosters are the same either way; side by side a retraining takes
+    about the time of its slowest model instead of the sum (most of a long replay with the online
+    predictor is these retrainings)."""
+    workers = min(len(tasks), os.cpu_count() or 1) if parallel else 1
+    if workers <= 1:
+        return {t[0]: train(*t) for t in tasks}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="headway-fit") as pool:
+        futures = {t[0]: pool.submit(train, *t) for t in tasks}
+        return {key: f.result() for key, f in futures.items()}
+
+
 @dataclass(slots=True)
 class Predictor:
     """Trained models (any part may be missing: it then falls back) plus what is needed to use them."""
@@ -386,12 +418,13 @@ class Predictor:
                 quantile_rounds=min(cfg.quantile_rounds, 60),
                 early_stopping=min(cfg.early_stopping, 15),
             )
-        vocab = {
-            name: sorted({str(v) for v in frame.cats[name][rows].tolist() if v is not None})
+        import pandas as pd
+
+        vocab = {  # distinct values first (in C): a training set has 100k rows and a handful of levels
+            name: sorted({str(v) for v in pd.unique(frame.cats[name][rows]).tolist() if v is not None})
             for name in CATEGORICAL_FEATURES
         }
-        Xd = design(frame.X[rows], {k: v[rows] for k, v in frame.cats.items()}, vocab)
-        Xt = tree_input(Xd)
+        Xt = _training_input(frame.X, frame.cats, rows, vocab)
         y = frame.success[rows]
         runtime = frame.runtime[rows]
         started = ~np.isnan(runtime)
@@ -430,7 +463,7 @@ class Predictor:
             sel_val: npt.NDArray[np.intp],
             target: npt.NDArray[Any],
             rounds: int,
-            **extra: Any,
+            extra: dict[str, Any],
         ) -> Any:
             params = _lgb_params(cfg, objective, **extra)
             if large:
@@ -461,14 +494,11 @@ class Predictor:
                 callbacks = [lgb.early_stopping(cfg.early_stopping, verbose=False)]
             return lgb.train(params, dfit, num_boost_round=rounds, valid_sets=valid_sets, callbacks=callbacks)
 
+        # What to train: (key, objective, fit rows, validation rows, target, rounds, extra parameters).
+        tasks: list[tuple[str, str, Any, Any, Any, int, dict[str, Any]]] = []
         if len(fit_idx) >= cfg.min_rows and 0 < y[fit_idx].sum() < len(fit_idx):
-            b = train(
-                "p_success", "binary", fit_idx, cal_idx, y.astype(np.float64), cfg.p_rounds or cfg.rounds
-            )
-            boosters["p_success"] = b
-            if n_cal:
-                raw = _sigmoid(b.predict(Xt[cal_idx], raw_score=True) + off["p_success"][cal_idx])
-                calibration = Calibration.fit(cfg.calibration, raw, y[cal_idx], weight[cal_idx])
+            rounds = cfg.p_rounds or cfg.rounds
+            tasks.append(("p_success", "binary", fit_idx, cal_idx, y.astype(np.float64), rounds, {}))
         for part, sel in (("runtime", y & started), ("ttf", ~y & started)):
             f_sel = fit_idx[sel[fit_idx]]
             v_sel = cal_idx[sel[cal_idx]]
@@ -479,12 +509,18 @@ class Predictor:
                 key = f"{part}_q{int(alpha * 100)}"
                 if key == "runtime_q50" and not cfg.runtime_trees:
                     continue  # the recent-runs median is the estimate: tree corrections did not carry over
-                boosters[key] = train(
-                    key, "quantile", f_sel, v_sel, log_rt, cfg.quantile_rounds, alpha=alpha, metric="quantile"
-                )
-                if len(v_sel) >= cfg.min_rows:
-                    corr = boosters[key].predict(Xt[v_sel], raw_score=True)
-                    shrink[key] = _best_shrink(off[OFFSET_OF[key]][v_sel], corr, log_rt[v_sel], alpha)
+                extra: dict[str, Any] = {"alpha": alpha, "metric": "quantile"}
+                tasks.append((key, "quantile", f_sel, v_sel, log_rt, cfg.quantile_rounds, extra))
+        boosters.update(_train_all(tasks, train, cfg.parallel))
+        if "p_success" in boosters and n_cal:
+            raw_p = boosters["p_success"].predict(Xt[cal_idx], raw_score=True)
+            raw = _sigmoid(raw_p + off["p_success"][cal_idx])
+            calibration = Calibration.fit(cfg.calibration, raw, y[cal_idx], weight[cal_idx])
+        for key, _, _, v_sel, _, _, extra in tasks:
+            if key != "p_success" and len(v_sel) >= cfg.min_rows:
+                corr = boosters[key].predict(Xt[v_sel], raw_score=True)
+                alpha = float(extra["alpha"])
+                shrink[key] = _best_shrink(off[OFFSET_OF[key]][v_sel], corr, log_rt[v_sel], alpha)
         meta["models"] = sorted(boosters)
         meta["shrink"] = shrink
         meta["runtime_start"] = start
