@@ -48,6 +48,7 @@ class JobStore:
         self.path = Path(path) if path is not None else default_db_path()
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no job store here yet (run `headway ingest` first, or pass --db)")
+        _check_is_store(self.path)
         try:
             self.con = duckdb.connect(str(self.path), read_only=read_only)
         except duckdb.Error as e:
@@ -138,12 +139,33 @@ class JobStore:
 
     def export_parquet(self, out: str | Path) -> int:
         out = Path(out)
-        self.con.execute(
-            f"COPY (SELECT * FROM jobs_v ORDER BY submit_time, source, job_id) TO '{_sql_str(str(out))}' "
-            "(FORMAT PARQUET, COMPRESSION ZSTD)"
-        )
+        try:
+            self.con.execute(
+                f"COPY (SELECT * FROM jobs_v ORDER BY submit_time, source, job_id) TO '{_sql_str(str(out))}' "
+                "(FORMAT PARQUET, COMPRESSION ZSTD)"
+            )
+        except duckdb.Error as e:
+            raise StoreError(f"{out}: cannot write the Parquet file: {str(e).splitlines()[0]}") from e
         return self.count()
 
 
 def _sql_str(s: str) -> str:
     return s.replace("'", "''")
+
+
+_DUCKDB_MAGIC = b"DUCK"  # bytes 8-11 of every DuckDB database file
+
+
+def _check_is_store(path: Path) -> None:
+    """Refuse an existing file that is not a DuckDB database before DuckDB opens it: given a CSV, JSON or
+    Parquet file, it opens an in-memory database over it instead, and every job written is lost."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(12)
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        return  # DuckDB's own error names these
+    if head and head[8:12] != _DUCKDB_MAGIC:
+        raise StoreError(
+            f"{path}: not a headway job store (a DuckDB file); to read a job log, give it to "
+            "`headway ingest` and name the store with --db, e.g. --db headway.duckdb"
+        )

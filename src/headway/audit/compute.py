@@ -18,6 +18,14 @@ from headway.audit.periods import Window
 from headway.schema import OUTCOME_OF, WASTE_STATES, Outcome, State
 
 BY_CHOICES: tuple[str, ...] = ("user", "group", "name", "partition", "gpus")
+# How a top table's heading names its rows ("Top users", "Top GPU counts").
+BY_TITLES: dict[str, str] = {
+    "user": "users",
+    "group": "groups",
+    "name": "job names",
+    "partition": "partitions",
+    "gpus": "GPU counts",
+}
 DEFAULT_PRICE = 2.0  # USD per GPU-hour: a rough cloud price; --gpu-hour-price sets a site's own
 EARLY_MINUTES: tuple[int, ...] = (5, 15, 60)
 CDF_MINUTES: tuple[int, ...] = (1, 2, 5, 10, 15, 30, 60, 120, 240, 480, 720, 1440, 2880, 5760, 10080)
@@ -55,10 +63,18 @@ def configure(
     con.execute(f"SET temp_directory = '{tmp}'")
 
 
-def anchor_time(con: duckdb.DuckDBPyConnection) -> dt.datetime | None:
-    """The newest submit time in the store: what relative times (30d, -14d) count back from."""
-    row = con.execute("SELECT max(submit_time) FROM jobs_v").fetchone()
+def anchor_time(con: duckdb.DuckDBPyConnection, source: str | None = None) -> dt.datetime | None:
+    """The newest submit time in the store (of `source`): what relative times (30d, -14d) count back from."""
+    if source is None:
+        row = con.execute("SELECT max(submit_time) FROM jobs_v").fetchone()
+    else:
+        row = con.execute("SELECT max(submit_time) FROM jobs_v WHERE source = ?", [source]).fetchone()
     return _utc(row[0]) if row else None
+
+
+def sources(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The sources in the store (one per ingested cluster or format), sorted."""
+    return [str(r[0]) for r in con.execute("SELECT DISTINCT source FROM jobs_v ORDER BY 1").fetchall()]
 
 
 def _utc(t: Any) -> dt.datetime | None:
@@ -90,10 +106,15 @@ def _opt(x: Any) -> float | None:
 class _Q:
     """Runs section queries over one window: `w` = jobs submitted in it, `a` = the audited scope of `w`."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, window: Window, include_cpu: bool) -> None:
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection, window: Window, include_cpu: bool, source: str | None = None
+    ) -> None:
         self.con = con
         conds = []
         self.params: dict[str, object] = {}
+        if source is not None:
+            conds.append("source = $source")
+            self.params["source"] = source
         if window.since is not None:
             conds.append("submit_time >= $since")
             self.params["since"] = window.since
@@ -599,23 +620,26 @@ def audit_report(
     include_cpu: bool = False,
     vs: Window | None = None,
     progress: Progress | None = None,
+    source: str | None = None,
 ) -> dict[str, Any]:
     """The whole audit of jobs submitted in [since, until) as one JSON-ready dict (docs/audit-json.md).
 
     `con` is a connection to a job store (anything with a `jobs_v` view). By default only GPU jobs are
     audited (`include_cpu` adds CPU-only jobs); `totals.jobs` always counts every job in the window.
-    With `vs`, the report also carries `comparison`: this window against that one.
+    `source` keeps one source (cluster) of a store that holds several. With `vs`, the report also
+    carries `comparison`: this window against that one.
     """
     if by not in BY_CHOICES:
         raise ValueError(f"by must be one of {', '.join(BY_CHOICES)}")
     window = Window(since, until)
     step = progress or (lambda _s: None)
-    q = _Q(con, window, include_cpu)
+    q = _Q(con, window, include_cpu, source)
     step("totals")
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "window": window.to_json(),
         "scope": "all_jobs" if include_cpu else "gpu_jobs",
+        "source": source,
     }
     report.update(_totals(q, gpu_hour_price))
     step("top")
@@ -642,12 +666,10 @@ def audit_report(
             top=top,
             gpu_hour_price=gpu_hour_price,
             include_cpu=include_cpu,
+            source=source,
         )
         report["comparison"] = compare(report, other)
     return report
-
-
-_BY_WORDS = {"user": "users", "group": "groups", "name": "job names", "partition": "partitions"}
 
 
 def _notes(r: dict[str, Any], include_cpu: bool) -> list[str]:
@@ -661,11 +683,16 @@ def _notes(r: dict[str, Any], include_cpu: bool) -> list[str]:
         notes.append("no time limits in this data: over-asking cannot be measured")
     if t["cpu_jobs"] and not include_cpu:
         notes.append(f"{t['cpu_jobs']:,} CPU-only jobs not audited (--include-cpu adds them)")
+    unweeked = t["audited_jobs"] - sum(wk["jobs"] for wk in r["weekly"])
+    if unweeked > 0:
+        notes.append(
+            f"{unweeked:,} jobs have no submit time: they count in the totals but in no week of the series"
+        )
     by = r["top"]["by"]
     rows = r["top"].get(by) or []
     if t["audited_jobs"] and len(rows) == 1 and rows[0]["key"] == "(none)":
         others = [d for d in BY_CHOICES if d != by and any(x["key"] != "(none)" for x in r["top"].get(d, []))]
         hint = f"; --by {others[0]} groups by what it has" if others else ""
-        what = _BY_WORDS.get(by, by)
+        what = BY_TITLES.get(by, by)
         notes.append(f"no {what} in this data: the top-{by} table is one row, (none){hint}")
     return notes

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from headway.audit.compute import BY_TITLES
 from headway.audit.render import WEEKS_SHOWN, _change, _fmt, dur, gh, pct, usd
 from headway.schema import OUTCOME_OF, Outcome, State
 
@@ -157,7 +158,7 @@ def _figures(r: dict[str, Any]) -> dict[str, Any]:
         ),
         layout={
             **layout,
-            "title": f"Top {by}s by wasted GPU-hours",
+            "title": f"Top {BY_TITLES.get(by, by)} by wasted GPU-hours",
             "xaxis": {"title": "wasted GPU-hours"},
             "yaxis": {"type": "category", "automargin": True},
         },
@@ -300,7 +301,8 @@ def render_html(r: dict[str, Any]) -> str:
             )
         )
         by = r["top"]["by"]
-        parts.append(f"<h2>Top {_e(by)}s by wasted GPU-hours</h2>" + _chart(figs["chart-top"], "chart-top"))
+        title = f"Top {_e(BY_TITLES.get(by, by))} by wasted GPU-hours"
+        parts.append(f"<h2>{title}</h2>" + _chart(figs["chart-top"], "chart-top"))
         parts.append(
             _table(
                 [by, "jobs", "GPU-hours", "wasted", "done (jobs)", "done (GPU-h)"],

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from headway.audit.compute import BY_TITLES
 from headway.schema import OUTCOME_OF, State
 
 WEEKS_SHOWN = 26
@@ -95,7 +96,8 @@ def render_terminal(report: dict[str, Any], console: Console) -> None:
         if (w["since"] or w["until"])
         else "all time"
     )
-    console.print(f"[bold]headway audit[/]: jobs submitted {span}, auditing {scope}")
+    of = f" of source {report['source']}" if report.get("source") else ""
+    console.print(f"[bold]headway audit[/]: jobs{of} submitted {span}, auditing {scope}")
     console.print(f"{t['jobs']:,} jobs, {t['gpu_jobs']:,} GPU jobs, {gh(t['gpu_hours'])} GPU-hours", end="")
     if t["first_submit"]:
         console.print(
@@ -105,9 +107,13 @@ def render_terminal(report: dict[str, Any], console: Console) -> None:
     for n in report["notes"]:
         console.print(f"[yellow]note:[/] {n}")
     if t["audited_jobs"] == 0:
-        console.print(
-            "Nothing to audit in this window: ingest jobs with `headway ingest`, or widen --since/--until."
-        )
+        windowed = bool(w["since"] or w["until"])
+        if not t["jobs"]:  # (jobs without a GPU: the notes above already say --include-cpu)
+            console.print(
+                "Nothing to audit in this window: widen --since/--until."
+                if windowed
+                else "Nothing to audit: ingest jobs with `headway ingest` first."
+            )
         _comparison(report, console)
         return
     _outcomes(report, console)
@@ -157,7 +163,7 @@ def _top(r: dict[str, Any], console: Console) -> None:
     rows = r["top"][by]
     wasted = r["wasted_gpu_hours"] or 0.0
     tab = _table(
-        f"Top {by}s by wasted GPU-hours",
+        f"Top {BY_TITLES.get(by, by)} by wasted GPU-hours",
         by,
         "jobs",
         "GPU-hours",

@@ -63,6 +63,14 @@ def audit(
     include_cpu: Annotated[
         bool, typer.Option("--include-cpu", help="Audit CPU-only jobs too (default: GPU jobs only).")
     ] = False,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            help="Only jobs of this source (as stored by `headway ingest --source`): one cluster of a store "
+            "that holds several.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the report as one JSON object only.")
     ] = False,
@@ -80,7 +88,7 @@ def audit(
     FAILED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL; CANCELLED and PREEMPTED are reported separately.
     The JSON schema is documented in docs/audit-json.md.
     """
-    from headway.audit.compute import BY_CHOICES, anchor_time, configure
+    from headway.audit.compute import BY_CHOICES, anchor_time, configure, sources
     from headway.audit.periods import PeriodError, parse_period, parse_window
     from headway.store import JobStore, StoreError
 
@@ -100,7 +108,8 @@ def audit(
         try:
             configure(store.con)
             # Relative times count back from the newest job; an empty store counts from now.
-            anchor = anchor_time(store.con) or datetime.datetime.now(datetime.UTC)
+            known = sources(store.con) if source is not None else []
+            anchor = anchor_time(store.con, source) or datetime.datetime.now(datetime.UTC)
             if period:
                 window = parse_period(period, anchor=anchor)
                 other = parse_period(vs, anchor=anchor) if vs else None
@@ -111,7 +120,9 @@ def audit(
             fail(str(e))
         except Exception as e:  # a store that is not a headway store, a broken file
             fail(f"{store.path}: cannot read the job store: {str(e).splitlines()[0]}")
-        report = _run(store.con, window, other, by, top, gpu_hour_price, include_cpu, quiet=as_json)
+        if source is not None and source not in known:
+            fail(f"--source {source!r}: no such source in {store.path}; it has {', '.join(known) or 'none'}")
+        report = _run(store.con, window, other, by, top, gpu_hour_price, include_cpu, source, quiet=as_json)
     report["db"] = str(store.path)
     report["anchor"] = anchor.isoformat() if anchor else None
     if html is not None:
@@ -132,7 +143,16 @@ def audit(
 
 
 def _run(
-    con: Any, window: Any, other: Any, by: str, top: int, price: float, include_cpu: bool, *, quiet: bool
+    con: Any,
+    window: Any,
+    other: Any,
+    by: str,
+    top: int,
+    price: float,
+    include_cpu: bool,
+    source: str | None,
+    *,
+    quiet: bool,
 ) -> dict[str, Any]:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -146,6 +166,7 @@ def _run(
         "gpu_hour_price": price,
         "include_cpu": include_cpu,
         "vs": other,
+        "source": source,
     }
     try:
         if quiet or not err.is_terminal:  # off a terminal rich would leave a blank line on stderr

@@ -57,7 +57,10 @@ def demo(
     out.print()
     others = ingested["jobs_in_store"] - ingested["jobs_stored"]
     if others > 0:
-        out.print(f"[yellow]note:[/] {db} also holds {others:,} other jobs; the audit above covers them too.")
+        out.print(
+            f"[yellow]note:[/] {db} also holds {others:,} other jobs; the audit above covers the sample only "
+            f"(source {SOURCE}; `headway audit --db {db}` audits them all)."
+        )
     out.print(f"[dim]{CITATION}[/]")
     out.print(f"Jobs stored in [bold]{db}[/] (query it: headway audit --db {db} --by group).")
     out.print(f"HTML report written to [bold]{html}[/] (open it in a browser; it works offline).")
@@ -110,10 +113,12 @@ def run_audit(db: Path, html: Path, *, quiet: bool = True) -> dict[str, Any]:
         with JobStore(db, read_only=True) as store:
             configure(store.con)
             if quiet:
-                report = audit_report(store.con)
+                report = audit_report(store.con, source=SOURCE)
             else:
                 with err.status("auditing") as status:
-                    report = audit_report(store.con, progress=lambda step: status.update(f"auditing: {step}"))
+                    report = audit_report(
+                        store.con, source=SOURCE, progress=lambda step: status.update(f"auditing: {step}")
+                    )
     except StoreError as e:
         fail(str(e))
     report["db"] = str(db)

@@ -17,6 +17,8 @@ from headway.traces.compressed import plain_file, relabel
 from headway.traces.registry import FORMATS, get_reader, sniff
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from headway.store import JobStore
 
 DbOpt = Annotated[
@@ -103,11 +105,23 @@ def ingest(
         str | None, typer.Option(help="Timezone of naive timestamps, e.g. America/Los_Angeles.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary only.")] = False,
-    show_bad: Annotated[int, typer.Option(help="How many bad rows to print per file.")] = 20,
+    show_bad: Annotated[int, typer.Option(help="How many bad rows to print per file.", min=0)] = 20,
 ) -> None:
     """Read job logs into the job store; re-ingesting a file replaces its jobs instead of duplicating them."""
     if fmt not in FORMATS:
         fail(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if tz is not None:  # every format's times go through it, or none do (epoch times): check it here
+        from headway.traces.tabular import check_tz
+
+        try:
+            check_tz(tz)
+        except BadInputError as e:
+            fail(f"--tz: {e}")
+    for p in paths or []:  # before anything is stored, so one mistyped name stores nothing
+        if not p.exists():
+            fail(f"{p}: no such file")
+        if p.is_dir():
+            fail(f"{p}: is a directory; give the log files inside it")
     opts = ReadOptions(
         strict=strict, source=source, mapping=mapping, gpu_tres_ids=_parse_tres_ids(gpu_tres_ids), tz=tz
     )
@@ -136,13 +150,19 @@ def ingest(
         for kind, path in inputs:
             if kind == "slurm":
                 path.unlink(missing_ok=True)
+    failed = [s for s in summary if s.get("error")]
     if as_json:
         print_json({"files": summary, "jobs_in_store": total, "db": str(store.path)})
+        if failed:
+            raise typer.Exit(1)
         return
     t = Table(title=f"ingested into {escape(str(store.path))}")
     for col in ("file", "format", "rows", "jobs stored", "bad rows", "missing fields"):
         t.add_column(col, justify="right" if col in ("rows", "jobs stored", "bad rows") else "left")
     for s in summary:
+        if s.get("error"):
+            t.add_row(escape(str(s["path"])), "[red]failed[/]", "-", "0", "-", "-")
+            continue
         missing = s["missing_fields"]
         assert isinstance(missing, list)
         t.add_row(
@@ -160,6 +180,14 @@ def ingest(
         for n in notes:
             out.print(f"note ({escape(str(s['path']))}): {escape(str(n))}")
     out.print(f"{total:,} jobs in the store.")
+    if failed:
+        for s in failed:
+            err.print(f"error: {escape(str(s['error']))}", highlight=False)
+        stored = len(summary) - len(failed)
+        fail(
+            f"{len(failed)} of {len(summary)} files could not be read and stored nothing"
+            + (f"; the other {stored} {'was' if stored == 1 else 'were'} stored" if stored else "")
+        )
 
 
 def export(
@@ -195,19 +223,29 @@ def _ingest_all(
     summary: list[dict[str, object]] = []
     for kind, path in inputs:
         use_fmt = fmt_for_slurm if kind == "slurm" else fmt
-        if not path.exists():
-            fail(f"{path}: no such file")
-        if path.is_dir():
-            fail(f"{path}: is a directory; give the log files inside it")
+        label = "sacct (from Slurm)" if kind == "slurm" else str(path)
+        # One file that cannot be read stores nothing of its own; the others are still read and stored,
+        # and the summary says which failed (the command then exits 1).
+        error = None
         try:
             res = _read_one(path, use_fmt, opts, quiet=as_json)
         except BadInputError as e:
-            fail(str(e))
+            error = str(e)
         except (OSError, UnicodeError) as e:
-            fail(f"{path}: cannot read: {e}")
+            error = f"{path}: cannot read: {e}"
+        if error is not None:
+            if opts.strict or len(inputs) == 1:
+                fail(error)
+            summary.append({"path": label, "error": error, "jobs_stored": 0, "notes": []})
+            continue
         src = opts.source or res.format
+        repeats = _repeated_ids(res.table)
+        if repeats:
+            res.notes.append(
+                f"{repeats:,} rows repeat a job id of an earlier row in this file (requeued jobs in "
+                "`sacct -D` output look like this); the last row of each job id was kept"
+            )
         stored = store.upsert(res.table)
-        label = "sacct (from Slurm)" if kind == "slurm" else str(path)
         store.record_ingest(label, res.format, src, res.rows_read, stored, res.bad_row_count)
         summary.append(
             {
@@ -228,3 +266,13 @@ def _ingest_all(
             if res.bad_row_count > show_bad:
                 err.print(f"... and {res.bad_row_count - show_bad} more bad rows in {escape(str(path))}")
     return summary
+
+
+def _repeated_ids(table: pa.Table) -> int:
+    """Rows whose (source, job id) an earlier row of the same table already had."""
+    import pyarrow.compute as pc
+
+    if table.num_rows == 0:
+        return 0
+    distinct = pc.count_distinct(table.column("job_id")).as_py()
+    return int(table.num_rows - distinct)

@@ -316,6 +316,30 @@ def validate(
     out.print(t)
 
 
+def _check_job(db: Path | None, job_id: str, source: str | None, include_cpu: bool) -> None:
+    """A clear error when `job_id` is in no source, in several (ids repeat across clusters: --source
+    picks one), or is a CPU-only job without --include-cpu."""
+    from headway.store import JobStore, StoreError
+
+    sql = "SELECT source, coalesce(gpus, 0) > 0 FROM jobs WHERE job_id = ?"
+    params: list[object] = [job_id]
+    if source:
+        sql += " AND source = ?"
+        params.append(source)
+    try:
+        with JobStore(db, read_only=True) as store:
+            found = store.con.execute(sql + " ORDER BY source", params).fetchall()
+    except StoreError as e:
+        fail(str(e))
+    if not found:
+        fail(f"job {job_id!r} is not in the store{f' (source {source})' if source else ''}")
+    if len(found) > 1:
+        names = ", ".join(str(r[0]) for r in found)
+        fail(f"job {job_id!r} is in {len(found)} sources ({names}); pass --source to pick one")
+    if not found[0][1] and not include_cpu:
+        fail(f"job {job_id!r} asks for no GPU: predict ignores CPU-only jobs unless --include-cpu")
+
+
 _TL_RE = re.compile(r"^(?:(\d+)-)?(\d+):(\d\d)(?::(\d\d))?$")
 
 
@@ -355,8 +379,8 @@ def show(
     user: Annotated[str | None, typer.Option(help="Pending job: its user.")] = None,
     name: Annotated[str | None, typer.Option(help="Pending job: its name.")] = None,
     group: Annotated[str | None, typer.Option(help="Pending job: its account / group.")] = None,
-    gpus: Annotated[float | None, typer.Option(help="Pending job: GPUs requested.")] = None,
-    nodes: Annotated[int, typer.Option(help="Pending job: nodes requested.")] = 1,
+    gpus: Annotated[float | None, typer.Option(help="Pending job: GPUs requested.", min=0.0)] = None,
+    nodes: Annotated[int, typer.Option(help="Pending job: nodes requested.", min=1)] = 1,
     time_limit: Annotated[
         str | None, typer.Option("--time-limit", help="Pending job: time limit (3600, 90m, 4h, 1-00:00:00).")
     ] = None,
@@ -370,6 +394,7 @@ def show(
             "the store's last job ended, for an old log). Default: now.",
         ),
     ] = None,
+    include_cpu: CpuOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """The three predictions for one job, what drove them, and a suggested time limit.
@@ -390,6 +415,8 @@ def show(
         fail("give either a JOBID or a pending job's options, not both")
     if job_id is not None and at is not None:
         fail("--at is for a pending job: a stored job is shown as of its own submit time")
+    if job_id is not None:
+        _check_job(db, job_id, source, include_cpu)
     model: Predictor | None = None
     note = None
     try:
@@ -398,7 +425,7 @@ def show(
         if model_path != Path(DEFAULT_MODEL) or "no model file" not in str(e):
             fail(str(e))
         note = f"no model file at {model_path}: cold-start estimates from running rates and medians"
-    frame = _load(db, source, True, as_json)
+    frame = _load(db, source, include_cpu, as_json)
     if job_id is not None:
         hits = np.flatnonzero(frame.job_id == job_id)
         if len(hits) == 0:
@@ -422,6 +449,10 @@ def show(
             tl_s = parse_time_limit(time_limit) if time_limit is not None else math.nan
         except ValueError as e:
             fail(str(e))
+        if not tl_s > 0 and time_limit is not None:
+            fail(f"--time-limit: must be more than 0 seconds, got {time_limit!r}")
+        if gpus == 0 and not include_cpu:
+            fail("--gpus 0 is a CPU-only job: predict ignores those unless --include-cpu")
         now, at_note = _submit_time(at, frame.end)
         note = "; ".join(n for n in (note, at_note) if n) or None
         g = float(gpus if gpus is not None else 1.0)

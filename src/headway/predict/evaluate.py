@@ -124,6 +124,11 @@ def split(frame: FeatureFrame, test_fraction: float) -> tuple[npt.NDArray[np.int
     t_split = frame.submit[test[0]]
     head = lab[: len(lab) - n_test]
     train = head[frame.end[head] < t_split]
+    if len(train) == 0:
+        raise ValueError(
+            f"no job ended before the test period began ({_iso(t_split)}): nothing to train on; "
+            "pass a smaller --test-fraction or ingest a longer history"
+        )
     return train, test
 
 
@@ -403,6 +408,11 @@ def validation_folds(
                 "brier": r["brier"],
                 "ece_floor": ece_floor(pred.p_success),
             }
+        )
+    if not rows:
+        raise ValueError(
+            f"the training period holds {len(lab)} ended jobs: too few to cut into validation folds "
+            "(ingest a longer history, or pass a smaller --test-fraction)"
         )
     keys = ("auc_gain", "brier_gain", "ece", "baseline_ece", "runtime_gain", "auc", "brier", "ece_floor")
     mean = {k: float(np.nanmean([r[k] for r in rows])) if rows else math.nan for k in keys}

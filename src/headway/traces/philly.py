@@ -153,8 +153,7 @@ def _row(obj: object, tz: dt.tzinfo, unknown_status: dict[str, int]) -> dict[str
         raise _Bad(f"status: expected Pass, Failed or Killed, got {status!r}")
     state = STATE_OF.get(status)
     if state is None:
-        unknown_status[status] = unknown_status.get(status, 0) + 1
-        state = State.UNKNOWN
+        state = State.UNKNOWN  # counted below, once the row is known to be stored
     run: Mapping[str, Any] = obj
     if "attempts" in obj:
         attempts = obj["attempts"]
@@ -168,6 +167,8 @@ def _row(obj: object, tz: dt.tzinfo, unknown_status: dict[str, int]) -> dict[str
     end = _time(run, "end_time", tz)
     if start is not None and end is not None and end < start:
         raise _Bad(f"end_time {run.get('end_time')} is before start_time {run.get('start_time')}")
+    if state is State.UNKNOWN:
+        unknown_status[status] = unknown_status.get(status, 0) + 1
     return {
         "job_id": job_id,
         "user": _opt_str(obj, "user"),

@@ -163,8 +163,7 @@ def _row(job: object, state_map: Mapping[str, State], unknown: dict[str, int]) -
         raise _Bad("state: empty")
     state = state_map.get(raw_state.split()[0])
     if state is None:
-        unknown[raw_state] = unknown.get(raw_state, 0) + 1
-        state = State.UNKNOWN
+        state = State.UNKNOWN  # counted below, once the row is known to be stored
     time = job.get("time") or {}
     if not isinstance(time, dict):
         raise _Bad("time: expected an object")
@@ -187,8 +186,11 @@ def _row(job: object, state_map: Mapping[str, State], unknown: dict[str, int]) -
     end = _epoch(time.get("end"), "time.end")
     if start is not None and end is not None and end < start:
         raise _Bad(f"time.end {end:%Y-%m-%dT%H:%M:%S} is before time.start {start:%Y-%m-%dT%H:%M:%S}")
+    job_id = _job_id(job)
+    if state is State.UNKNOWN:
+        unknown[raw_state] = unknown.get(raw_state, 0) + 1
     return {
-        "job_id": _job_id(job),
+        "job_id": job_id,
         "user": _text(job, "user") or _text(assoc, "user"),
         "group": _text(job, "account") or _text(assoc, "account"),
         "name": _text(job, "name"),

@@ -492,6 +492,7 @@ class Frame:
         self._clean: dict[tuple[int, tuple[str, ...]], pa.Array] = {}
         self.notes: list[str] = []
         self.skip = np.zeros(self.n, dtype=bool)  # rows dropped silently (e.g. job steps)
+        self._unknown: list[tuple[np.ndarray, pa.Array, str]] = []  # (rows, words, what) for `finish`'s note
 
     def flag(self, mask: pa.Array | np.ndarray, message: str, values: pa.Array | None = None) -> None:
         """Mark rows where `mask` is true as bad with `message` (and the offending raw value)."""
@@ -629,18 +630,27 @@ class Frame:
         unknown = (
             pc.fill_null(pc.take(unknown_d, enc.indices), False).to_numpy(zero_copy_only=False) & ~self.skip
         )
-        if unknown.any():
-            seen = sorted({str(w) for w in pc.unique(words.filter(pa.array(unknown))).to_pylist()})[:5]
-            self.notes.append(
-                f"{int(unknown.sum())} rows with an unrecognised {what} {seen} stored as UNKNOWN"
-            )
+        if unknown.any():  # noted in `finish`, counting only the rows that are stored
+            self._unknown.append((unknown, words, what))
         return pc.fill_null(pc.take(mapped_d, enc.indices), State.UNKNOWN.value)
+
+    def _check_job(self, columns: dict[str, pa.Array]) -> None:
+        """What every format must satisfy, whatever its reader checked: a job cannot end before it
+        started, nor ask for a negative number of GPUs (the audit would count such a job as an early
+        failure with negative hours)."""
+        start, end = columns.get("start_time"), columns.get("end_time")
+        if start is not None and end is not None:
+            self.flag(pc.less(end, start), "end time is before start time")
+        gpus = columns.get("gpus")
+        if gpus is not None:
+            self.flag(pc.less(gpus, 0), "GPU count is negative")
 
     def finish(
         self, columns: dict[str, pa.Array], options: ReadOptions, fmt: str, sink: BadRowSink | None = None
     ) -> tuple[pa.Table, BadRowSink]:
         """Drop bad and skipped rows, send bad rows to the sink in line order, return the schema table."""
         sink = sink or BadRowSink(options.strict)
+        self._check_job(columns)
         for name, col in columns.items():
             if (
                 name in JOB_SCHEMA.names
@@ -665,6 +675,13 @@ class Frame:
         # Rows past the kept examples are only counted.
         sink.count += max(0, len(failed) - (sink.keep + 1))
         keep = (self._fail < 0) & ~self.skip
+        for unknown, words, what in self._unknown:
+            stored = unknown & keep
+            if stored.any():
+                seen = sorted({str(w) for w in pc.unique(words.filter(pa.array(stored))).to_pylist()})[:5]
+                self.notes.append(
+                    f"{int(stored.sum())} rows with an unrecognised {what} {seen} stored as UNKNOWN"
+                )
         mask = pa.array(keep)
         everything = bool(keep.all())
         cols = {k: (v if everything else v.filter(mask)) for k, v in columns.items() if k in JOB_SCHEMA.names}

@@ -1,0 +1,242 @@
+"""What a user gets wrong, or a log gets wrong, is caught with one clear line and loses nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from headway.audit import audit_report
+from headway.cli import app
+from headway.schema import JobRecord, State, records_to_table
+from headway.store import JobStore, StoreError
+
+HEADER = (
+    "State|JobID|User|Account|JobName|Partition|QOS|ExitCode|Submit|Start|End|Elapsed|Timelimit|AllocTRES"
+)
+TRES = "billing=4,cpu=4,gres/gpu=2,mem=32G,node=1"
+
+
+def sacct_row(
+    state: str, job_id: str, start: str = "10:00:00", end: str = "11:00:00", user: str = "ann"
+) -> str:
+    day = "2026-03-02T"
+    return (
+        f"{state}|{job_id}|{user}|ml|train|gpu|normal|0:0|{day}09:00:00|{day}{start}|{day}{end}|01:00:00|"
+        f"02:00:00|{TRES}"
+    )
+
+
+def write(path: Path, *rows: str) -> Path:
+    path.write_text("\n".join([HEADER, *rows]) + "\n")
+    return path
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, list(args))
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_a_data_file_given_as_the_store_is_refused_instead_of_opened_in_memory(tmp_path: Path) -> None:
+    log = write(tmp_path / "log.txt", sacct_row("COMPLETED", "1"))
+    csv = tmp_path / "jobs.csv"
+    csv.write_text("a,b\n1,2\n")
+    with pytest.raises(StoreError, match="not a headway job store"):
+        JobStore(csv)
+    code, _, err = run("ingest", str(log), "--db", str(csv))
+    assert code == 1 and "not a headway job store" in err
+    assert csv.read_text() == "a,b\n1,2\n"
+    code, _, err = run("export", "--db", str(csv), "--parquet", str(tmp_path / "out.parquet"))
+    assert code == 1 and "not a headway job store" in err
+
+
+def test_export_to_an_unwritable_place_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    assert (
+        run("ingest", str(write(tmp_path / "log.txt", sacct_row("COMPLETED", "1"))), "--db", str(db))[0] == 0
+    )
+    code, _, err = run("export", "--db", str(db), "--parquet", str(tmp_path / "no" / "such" / "x.parquet"))
+    assert code == 1 and "cannot write the Parquet file" in err and "Traceback" not in err
+
+
+def test_a_job_that_ends_before_it_starts_is_a_bad_row_in_every_tabular_format(tmp_path: Path) -> None:
+    log = write(
+        tmp_path / "log.txt",
+        sacct_row("COMPLETED", "1"),
+        sacct_row("FAILED", "2", start="10:00:00", end="09:40:00"),
+    )
+    db = tmp_path / "s.duckdb"
+    code, out, err = run("ingest", str(log), "--db", str(db), "--json")
+    assert code == 0, err
+    f = json.loads(out)["files"][0]
+    assert f["jobs_stored"] == 1 and f["bad_rows"] == 1
+    assert "end time is before start time" in f["bad_row_examples"][0]
+
+
+def test_a_negative_gpu_count_from_a_column_mapping_is_a_bad_row(tmp_path: Path) -> None:
+    data = tmp_path / "jobs.csv"
+    data.write_text(
+        "id,st,sub,s,e,g\n"
+        "1,ok,2026-01-01 09:00:00,2026-01-01 09:00:10,2026-01-01 10:00:10,2\n"
+        "2,ok,2026-01-01 09:00:00,2026-01-01 09:00:10,2026-01-01 10:00:10,-2\n"
+    )
+    mapping = tmp_path / "m.toml"
+    mapping.write_text(
+        '[format]\ntime_format = "%Y-%m-%d %H:%M:%S"\ntimezone = "UTC"\n'
+        '[fields]\njob_id = "id"\nstate = "st"\nsubmit_time = "sub"\nstart_time = "s"\nend_time = "e"\n'
+        'gpus = "g"\n[states]\nok = "COMPLETED"\n'
+    )
+    code, out, err = run(
+        "ingest",
+        str(data),
+        "--format",
+        "csv",
+        "--mapping",
+        str(mapping),
+        "--db",
+        str(tmp_path / "s.duckdb"),
+        "--json",
+    )
+    assert code == 0, err
+    f = json.loads(out)["files"][0]
+    assert f["jobs_stored"] == 1 and "GPU count is negative" in f["bad_row_examples"][0]
+
+
+def test_the_unknown_state_note_counts_only_rows_that_were_stored(tmp_path: Path) -> None:
+    log = write(
+        tmp_path / "log.txt",
+        sacct_row("WEIRD", "1"),
+        sacct_row("WEIRD", "2", start="10:00:00", end="09:00:00"),  # skipped: ends before it starts
+        sacct_row("COMPLETED", "3"),
+    )
+    code, out, _ = run("ingest", str(log), "--db", str(tmp_path / "s.duckdb"), "--json")
+    notes = json.loads(out)["files"][0]["notes"]
+    assert code == 0 and any(n.startswith("1 rows with an unrecognised State ['WEIRD']") for n in notes), (
+        notes
+    )
+
+
+def test_rows_repeating_a_job_id_are_noted_and_the_last_one_is_kept(tmp_path: Path) -> None:
+    log = write(
+        tmp_path / "log.txt",
+        sacct_row("FAILED", "7"),
+        sacct_row("COMPLETED", "7"),
+        sacct_row("COMPLETED", "8"),
+    )
+    db = tmp_path / "s.duckdb"
+    code, out, _ = run("ingest", str(log), "--db", str(db), "--json")
+    f = json.loads(out)["files"][0]
+    assert code == 0 and f["jobs_stored"] == 2
+    assert any("1 rows repeat a job id" in n for n in f["notes"])
+    with JobStore(db, read_only=True) as s:
+        assert s.con.execute("SELECT state FROM jobs WHERE job_id = '7'").fetchall() == [("COMPLETED",)]
+
+
+def test_one_unreadable_file_of_several_stores_the_others_says_which_and_exits_1(tmp_path: Path) -> None:
+    good = write(tmp_path / "good.txt", sacct_row("COMPLETED", "1"), sacct_row("FAILED", "2"))
+    junk = tmp_path / "junk.txt"
+    junk.write_text("hello\nworld\n")
+    db = tmp_path / "s.duckdb"
+    code, out, err = run("ingest", str(junk), str(good), "--db", str(db), "--json")
+    assert code == 1
+    files = json.loads(out)["files"]
+    assert "cannot tell the format" in files[0]["error"] and files[1]["jobs_stored"] == 2
+    code, out, err = run("ingest", str(good), str(junk), "--db", str(db))
+    assert code == 1 and "1 of 2 files could not be read" in err and "the other 1 was stored" in err
+    with JobStore(db, read_only=True) as s:
+        assert s.count() == 2
+    # A file that is not there stops the command before anything is stored.
+    db2 = tmp_path / "s2.duckdb"
+    code, _, err = run("ingest", str(good), str(tmp_path / "missing.txt"), "--db", str(db2))
+    assert code == 1 and "no such file" in err and not db2.exists()
+
+
+def test_an_unknown_time_zone_is_refused_for_every_format(tmp_path: Path) -> None:
+    data = Path(__file__).parent / "data" / "sacct_22.05_sample.json"
+    code, _, err = run("ingest", str(data), "--tz", "Mars/Olympus", "--db", str(tmp_path / "s.duckdb"))
+    assert code == 1 and "unknown time zone 'Mars/Olympus'" in err
+
+
+def rec(job_id: str, *, user: str, source: str, gpus: float, days: float) -> JobRecord:
+    t0 = dt.datetime(2026, 1, 5, tzinfo=dt.UTC) + dt.timedelta(days=days)
+    return JobRecord(
+        job_id=job_id,
+        user=user,
+        submit_time=t0,
+        start_time=t0,
+        end_time=t0 + dt.timedelta(hours=1),
+        gpus=gpus,
+        state=State.COMPLETED if int(days) % 3 else State.FAILED,
+        source=source,
+    )
+
+
+@pytest.fixture
+def two_clusters(tmp_path: Path) -> Path:
+    db = tmp_path / "two.duckdb"
+    jobs = [rec(str(i), user=f"a{i % 4}", source="clusterA", gpus=2, days=i / 8) for i in range(80)]
+    jobs += [rec(str(i), user=f"b{i % 3}", source="clusterB", gpus=4, days=i / 8) for i in range(40)]
+    jobs += [rec("cpu-1", user="a1", source="clusterA", gpus=0, days=5)]
+    with JobStore(db) as s:
+        s.upsert(records_to_table(jobs))
+    return db
+
+
+def test_audit_of_one_source_counts_only_its_jobs(two_clusters: Path) -> None:
+    with JobStore(two_clusters, read_only=True) as s:
+        a = audit_report(s.con, source="clusterA")
+        both = audit_report(s.con)
+    assert a["source"] == "clusterA" and a["totals"]["gpu_jobs"] == 80 and both["totals"]["gpu_jobs"] == 120
+    code, out, _ = run("audit", "--db", str(two_clusters), "--source", "clusterB", "--json")
+    assert code == 0 and json.loads(out)["totals"]["gpu_hours"] == pytest.approx(40 * 4.0)
+    code, _, err = run("audit", "--db", str(two_clusters), "--source", "clusterC")
+    assert code == 1 and "it has clusterA, clusterB" in err
+
+
+def test_predict_show_asks_which_source_when_a_job_id_is_in_two(two_clusters: Path, tmp_path: Path) -> None:
+    model = str(tmp_path / "none.json")
+    code, _, err = run("predict", "show", "5", "--db", str(two_clusters), "--model", model)
+    assert code == 1 and "is in 2 sources (clusterA, clusterB); pass --source" in err
+    code, _, err = run("predict", "show", "cpu-1", "--db", str(two_clusters), "--model", model)
+    assert code == 1 and "CPU-only jobs unless --include-cpu" in err
+    code, _, err = run("predict", "show", "--user", "a1", "--time-limit", "0", "--db", str(two_clusters))
+    assert code == 1 and "--time-limit: must be more than 0 seconds" in err
+
+
+def test_evaluate_with_nothing_ended_before_the_test_period_says_so(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    t0 = dt.datetime(2026, 1, 5, tzinfo=dt.UTC)
+    jobs = [  # every job runs past the submission of the last ones: nothing to train on at the split
+        JobRecord(
+            job_id=str(i),
+            user="u",
+            submit_time=t0 + dt.timedelta(minutes=i),
+            start_time=t0 + dt.timedelta(minutes=i),
+            end_time=t0 + dt.timedelta(days=2),
+            gpus=1,
+            state=State.COMPLETED,
+            source="s",
+        )
+        for i in range(20)
+    ]
+    with JobStore(db) as s:
+        s.upsert(records_to_table(jobs))
+    for cmd in ("evaluate", "validate"):
+        code, _, err = run("predict", cmd, "--db", str(db))
+        assert code == 1 and "nothing to train on" in err, (cmd, err)
+
+
+def test_jobs_without_a_submit_time_are_counted_in_a_note_beside_the_weekly_series(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    jobs = [rec(str(i), user="u", source="s", gpus=1, days=i) for i in range(3)]
+    jobs[0] = dataclasses.replace(jobs[0], submit_time=None)
+    with JobStore(db) as s:
+        s.upsert(records_to_table(jobs))
+    with JobStore(db, read_only=True) as s:
+        r = audit_report(s.con)
+    assert sum(w["jobs"] for w in r["weekly"]) == 2 and r["totals"]["audited_jobs"] == 3
+    assert "1 jobs have no submit time" in " ".join(r["notes"])
