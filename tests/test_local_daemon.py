@@ -241,3 +241,23 @@ def test_a_job_whose_supervisor_is_killed_fails_and_its_processes_are_killed(
     wait_until(group_gone, 10, "the orphaned job to be killed")
     nxt = d.submit(["true"])  # and its GPU is free again
     wait_until(_ended(d, [nxt]), 20, "the next job")
+
+
+def test_the_daemons_files_are_private_and_jobs_keep_the_umask_it_was_started_with(
+    start_daemon: Callable[..., DaemonProc], tmp_path: Path
+) -> None:
+    old = os.umask(0o022)  # what a service manager usually starts a daemon with
+    try:
+        d = start_daemon()
+    finally:
+        os.umask(old)
+    made = tmp_path / "made-by-the-job"
+    jid = d.submit(["sh", "-c", f"touch {made}"], env={"PATH": os.environ["PATH"], "API_TOKEN": "secret"})
+    wait_until(_ended(d, [jid]), 30, "the job")
+    assert _history(d)[jid]["state"] == "COMPLETED"
+    for name in ("queue.sqlite", "queue.sqlite-wal", "daemon.log", "jobs.duckdb"):
+        path = d.state_dir / name
+        if path.exists():  # (the WAL may have been checkpointed away)
+            assert path.stat().st_mode & 0o777 == 0o600, name
+    assert (d.state_dir / "queue.sqlite").exists() and (d.state_dir / "daemon.log").exists()
+    assert made.stat().st_mode & 0o777 == 0o644  # the job's own files: the daemon's umask, not 077

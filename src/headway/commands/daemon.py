@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -68,8 +69,20 @@ def daemon(
 
     if (problem := live_policy_error(policy)) is not None:
         fail(problem)
-    if grace < 0:
-        fail("--grace must be >= 0 seconds")
+    if not 0 <= grace < math.inf:  # NaN too: a NaN grace would never send the SIGKILL
+        fail(f"--grace must be a number of seconds >= 0, got {grace}")
+    if db is not None:  # checked now, not at the first job end (which would retry every second, forever)
+        if db.is_dir():
+            fail(f"--db {db}: is a directory; give a file name for the job store")
+        if not db.parent.is_dir():
+            fail(f"--db {db}: no such directory {db.parent}")
+        if db.exists():
+            from headway.store import JobStore, StoreError
+
+            try:
+                JobStore(db, read_only=True).close()
+            except StoreError as e:
+                fail(f"--db {e}")
     try:
         inv = resolve_gpus(gpus)
     except GpuSpecError as e:

@@ -62,6 +62,17 @@ from headway.local.paths import (
 )
 from headway.local.views import JobViews
 
+# Files of the state dir only the daemon's owner may read (see `Daemon.open`).
+PRIVATE_FILES = (
+    STATE_DB,
+    f"{STATE_DB}-wal",
+    f"{STATE_DB}-shm",
+    f"{STATE_DB}-journal",
+    DAEMON_LOG,
+    JOB_STORE,
+    f"{JOB_STORE}.wal",
+)
+
 log = logging.getLogger("headway.daemon")
 
 MAX_REQUEST = 16 * 1024 * 1024
@@ -153,6 +164,7 @@ class Daemon:
         self.stopping = False
         self._lock_fd: int | None = None
         self.my_uid = os.getuid()
+        self.job_umask = 0o022  # the umask jobs run with: the one the daemon was started with (`open`)
 
     # ---------- start-up ----------
 
@@ -172,6 +184,13 @@ class Daemon:
             os.close(fd)
             raise DaemonError(f"{sd}: another headway daemon is already running on this state dir") from None
         self._lock_fd = fd
+        # The daemon's own files are private whatever umask it was started with: the job database holds
+        # each job's argv, working directory and whole environment (tokens included), the log the same
+        # commands. Jobs get the umask back (the supervisor sets it before it starts the command).
+        self.job_umask = os.umask(0o077)
+        for name in PRIVATE_FILES:  # left readable by a version that did not do this
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(sd / name, 0o600)
         setup_logging(sd, log_to_stderr)
         self.db = StateDB(sd / STATE_DB)
         self.views = JobViews(self.db, self.core)
@@ -298,6 +317,7 @@ class Daemon:
             "groups": json.loads(row["groups"]),
             "time_limit": row["time_limit"],
             "grace": self.cfg.grace,
+            "umask": self.job_umask,
             "stdout": str(out),
             "stderr": str(err),
             "run_dir": str(rdir),

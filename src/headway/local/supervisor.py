@@ -70,6 +70,7 @@ def _run(spec: dict[str, Any]) -> dict[str, Any]:
         # Enter the working directory only after dropping to the user (Popen's cwd= would enter it as
         # root), so a job can never start inside a directory its user could not reach.
         kw.update(cwd=None, preexec_fn=functools.partial(os.chdir, spec["cwd"]))
+    os.umask(int(spec.get("umask", 0o022)))  # the daemon keeps its own files private with 077; not the job's
     start = time.time()
     try:
         proc = subprocess.Popen(
