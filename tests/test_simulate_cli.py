@@ -198,3 +198,120 @@ def test_missing_trace_fails_in_one_line(tmp_path: Path) -> None:
     res = runner.invoke(app, ["simulate", str(tmp_path / "nope.json")])
     assert res.exit_code == 1
     assert "no such file" in res.output
+
+
+def test_rows_the_reader_skips_are_reported_not_silently_dropped(tmp_path: Path) -> None:
+    import gzip
+    from importlib.resources import files
+
+    full = gzip.decompress(files("headway.data").joinpath("philly_jobs.json.gz").read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(full[:20_000])  # a copy that stopped mid-record
+    res = runner.invoke(app, ["simulate", str(cut), "--policy", "fifo", "--json"])
+    assert res.exit_code == 0, res.output
+    trace = json.loads(res.stdout)["trace"]
+    assert trace["bad_rows"] == 1 and "file ends inside it" in trace["bad_row_examples"][0]
+    res = runner.invoke(app, ["simulate", str(cut), "--policy", "fifo"])
+    assert "skipped" in res.stderr and "file ends inside it" in " ".join(res.stderr.split())
+
+
+def test_load_cannot_stretch_a_trace_whose_jobs_all_arrive_at_once(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = generate(40, seed=3)
+    same = pc.min(t.column("submit_time"))
+    at_once = t.set_column(
+        t.schema.get_field_index("submit_time"),
+        "submit_time",
+        pa.array([same.as_py()] * 40, t.schema.field("submit_time").type),
+    )
+    path = tmp_path / "once.parquet"
+    pq.write_table(at_once, path)
+    res = runner.invoke(app, ["simulate", str(path), *CLUSTER, "--policy", "fifo", "--load", "1.0"])
+    assert res.exit_code == 1 and "no arrival rate to stretch" in " ".join(res.output.split())
+    res = runner.invoke(app, ["simulate", str(path), *CLUSTER, "--policy", "fifo", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["trace"]["offered_load"] is None
+
+
+def test_csv_with_a_mapping_and_parquet_under_any_name_are_read(trace: Path, tmp_path: Path) -> None:
+    csv = tmp_path / "jobs.csv"
+    assert (
+        runner.invoke(app, ["synth", "-n", "200", "--seed", "11", "-f", "csv", "-o", str(csv)]).exit_code == 0
+    )
+    renamed = tmp_path / "jobs.json"
+    renamed.write_bytes(trace.read_bytes())  # Parquet, whatever the file is called
+    runs = {}
+    for args in (
+        [str(csv), "--mapping", str(tmp_path / "jobs.mapping.toml")],
+        [str(renamed)],
+        [str(trace)],
+    ):
+        res = runner.invoke(app, ["simulate", *args, *CLUSTER, "--policy", "fifo", "--json"])
+        assert res.exit_code == 0, res.output
+        runs[args[0]] = json.loads(res.stdout)["policies"]["fifo"]["time_to_success_mean"]
+    assert len(set(runs.values())) == 1, runs
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seed", "-1"], "greater than or equal to 0"),
+        (["--cluster", "c.toml", "--nodes", "4"], "--nodes: not used with --cluster"),
+    ],
+)
+def test_more_bad_options_fail_before_any_replay(
+    trace: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    (tmp_path / "c.toml").write_text("[[nodes]]\ncount = 4\ngpus = 8\n")
+    args = [a.replace("c.toml", str(tmp_path / "c.toml")) for a in args]
+    res = runner.invoke(app, ["simulate", str(trace), "--policy", "fifo", *args])
+    assert res.exit_code != 0 and message in " ".join(res.output.split()), res.output
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("[[nodes]]\ncount = 4\ngpu = 8\n", "unknown key 'gpu'"),
+        ("[[nodes]]\ncount = true\ngpus = 8\n", "count must be a positive integer"),
+        ("node_per_rack = 2\n[[nodes]]\ngpus = 8\n", "unknown key 'node_per_rack'"),
+    ],
+)
+def test_a_cluster_file_with_a_typo_is_refused_not_read_as_the_default(
+    trace: Path, tmp_path: Path, toml: str, message: str
+) -> None:
+    (tmp_path / "c.toml").write_text(toml)
+    res = runner.invoke(
+        app, ["simulate", str(trace), "--policy", "fifo", "--cluster", str(tmp_path / "c.toml")]
+    )
+    assert res.exit_code == 1 and message in " ".join(res.output.split()), res.output
+
+
+def test_explain_of_a_job_left_out_says_why(trace: Path) -> None:
+    big = pq.read_table(trace).sort_by([("gpus", "descending")]).column("job_id")[0].as_py()
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            str(trace),
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "8",
+            "--policy",
+            "fifo",
+            "--explain",
+            big,
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert f"job {big} was left out of the simulation: needs" in " ".join(res.output.split())
+
+
+def test_every_job_left_out_is_an_error_not_a_table_of_dashes(trace: Path) -> None:
+    res = runner.invoke(
+        app, ["simulate", str(trace), "--nodes", "1", "--gpus-per-node", "1", "--policy", "fifo"]
+    )
+    if res.exit_code == 0:  # (a 1-GPU job may fit: then there is something to compare)
+        return
+    assert "every job was left out" in " ".join(res.output.split())

@@ -215,7 +215,7 @@ def logs(
 
 
 def history(
-    limit: Annotated[int, typer.Option(help="How many ended jobs to show (most recent first).")] = 50,
+    limit: Annotated[int, typer.Option(help="How many ended jobs to show (most recent first); 0: all.")] = 50,
     user: Annotated[str | None, typer.Option(help="Only this user's jobs.")] = None,
     state_dir: StateDirOpt = None,
     as_json: JsonOpt = False,

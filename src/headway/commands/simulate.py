@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import importlib.resources
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -61,16 +63,43 @@ TraceArg = Annotated[
         show_default=False,
     ),
 ]
-FormatOpt = Annotated[str, typer.Option("--format", "-f", help="Format of TRACE (auto sniffs it).")]
+FormatOpt = Annotated[
+    str, typer.Option("--format", "-f", help="Format of TRACE (auto sniffs it; parquet for the job schema).")
+]
+MappingOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="TOML column mapping for a CSV TRACE (as `headway ingest --format csv --mapping`).",
+        show_default=False,
+    ),
+]
+SeedOpt = Annotated[
+    int,
+    typer.Option(
+        help="Seed of the predictor's training (LightGBM's row and feature sampling). The replay itself "
+        "is deterministic: policies that read no predictions give the same result for every seed.",
+        min=0,
+        max=2**31 - 1,
+    ),
+]
 DbOpt = Annotated[
     Path | None,
     typer.Option(
         "--db", help="DuckDB job store to read jobs from (default ./headway.duckdb).", show_default=False
     ),
 ]
-NodesOpt = Annotated[int, typer.Option(help="Nodes in a uniform cluster.", min=1)]
-GpnOpt = Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node.", min=1)]
-NprOpt = Annotated[int, typer.Option("--nodes-per-rack", help="Nodes per rack (one switch each).", min=1)]
+NodesOpt = Annotated[
+    int | None, typer.Option(help="Nodes in a uniform cluster [default: 64].", min=1, show_default=False)
+]
+GpnOpt = Annotated[
+    int | None, typer.Option("--gpus-per-node", help="GPUs per node [default: 8].", min=1, show_default=False)
+]
+NprOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--nodes-per-rack", help="Nodes per rack (one switch each) [default: 8].", min=1, show_default=False
+    ),
+]
 ClusterOpt = Annotated[
     Path | None,
     typer.Option("--cluster", help="Cluster from a TOML file (see docs/simulate.md).", show_default=False),
@@ -121,7 +150,7 @@ def _parse_loads(value: str) -> list[float | None]:
         loads.append(x)
     if not loads:
         fail("--load: give at least one load")
-    return loads
+    return list(dict.fromkeys(loads))  # a load given twice is the same replay
 
 
 def _parse_seeds(value: str) -> list[int]:
@@ -131,7 +160,9 @@ def _parse_seeds(value: str) -> list[int]:
         fail(f"--seeds: expected comma-separated integers, got {value!r}")
     if not seeds:
         fail("--seeds: give at least one seed")
-    return seeds
+    if any(not 0 <= x < 2**31 for x in seeds):
+        fail(f"--seeds: seeds are whole numbers from 0 to {2**31 - 1}, got {value!r}")
+    return list(dict.fromkeys(seeds))  # a seed given twice is the same replay
 
 
 # ------------------------------------------------------------------------------------------------ input
@@ -143,13 +174,46 @@ class TraceInfo:
     format: str
     jobs: int
     sources: list[str]
+    bad_rows: int = 0  # rows the reader skipped (as `headway ingest` reports them)
+    bad_row_examples: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "format": self.format, "jobs": self.jobs, "sources": self.sources}
+        return {
+            "label": self.label,
+            "format": self.format,
+            "jobs": self.jobs,
+            "sources": self.sources,
+            "bad_rows": self.bad_rows,
+            "bad_row_examples": list(self.bad_row_examples),
+            "notes": list(self.notes),
+        }
+
+    def report(self) -> None:
+        """What the reader skipped or wants known, on stderr (as `headway ingest` shows it)."""
+        for b in self.bad_row_examples:
+            err.print(f"[yellow]skipped[/] {escape(b)}", markup=True, highlight=False)
+        if self.bad_rows > len(self.bad_row_examples):
+            more = self.bad_rows - len(self.bad_row_examples)
+            err.print(f"... and {more:,} more bad rows in {escape(self.label)}")
+        for n in self.notes:
+            err.print(f"note ({escape(self.label)}): {escape(n)}", highlight=False)
+
+
+SHOWN_BAD_ROWS = 5
+_PARQUET_MAGIC = b"PAR1"
+
+
+def _is_parquet(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(4) == _PARQUET_MAGIC
+    except OSError:
+        return False
 
 
 def load_jobs(
-    trace: Path | None, fmt: str, db: Path | None, tz: str | None = None
+    trace: Path | None, fmt: str, db: Path | None, tz: str | None = None, mapping: Path | None = None
 ) -> tuple[pa.Table, TraceInfo]:
     """Jobs in JOB_SCHEMA from a trace file (any reader, or Parquet) or from the store; one line on error."""
     import pyarrow.compute as pc
@@ -162,6 +226,7 @@ def load_jobs(
 
     if trace is not None and db is not None:
         fail("give either a TRACE file or --db, not both")
+    bad: tuple[int, tuple[str, ...], tuple[str, ...]] = (0, (), ())
     if trace is None:
         try:
             with JobStore(db, read_only=True) as store:
@@ -176,7 +241,8 @@ def load_jobs(
         if trace.is_dir():
             fail(f"{trace}: is a directory; give the job log inside it")
         label = str(trace)
-        if fmt == "parquet" or (fmt == "auto" and trace.suffix.lower() in (".parquet", ".pq")):
+        by_name = trace.suffix.lower() in (".parquet", ".pq")
+        if fmt == "parquet" or (fmt == "auto" and (by_name or _is_parquet(trace))):
             import pyarrow.parquet as pq
 
             try:
@@ -187,29 +253,46 @@ def load_jobs(
         else:
             if fmt not in FORMATS:
                 fail(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}, parquet")
+            if mapping is not None and fmt not in ("csv", "auto"):
+                fail("--mapping is for --format csv")
             try:
                 with plain_file(trace) as plain:
-                    chosen = sniff(plain) if fmt == "auto" else fmt
-                    res = get_reader(chosen).read(plain, ReadOptions(tz=tz))
+                    chosen = fmt if fmt != "auto" else "csv" if mapping is not None else sniff(plain)
+                    res = get_reader(chosen).read(plain, ReadOptions(tz=tz, mapping=mapping))
             except BadInputError as e:
                 fail(str(e))
             except (OSError, UnicodeError) as e:
                 fail(f"{trace}: cannot read: {e}")
             table = res.table
+            shown = tuple(str(b) for b in res.bad_rows[:SHOWN_BAD_ROWS])
+            bad = (res.bad_row_count, shown, tuple(res.notes))
     if table.num_rows == 0:
         fail(f"{label}: no jobs to simulate")
     sources = sorted(str(s) for s in pc.unique(table.column("source")).to_pylist())
-    return table, TraceInfo(label=label, format=chosen, jobs=table.num_rows, sources=sources)
+    return table, TraceInfo(label, chosen, table.num_rows, sources, *bad)
 
 
 def build_cluster(
-    nodes: int, gpus_per_node: int, nodes_per_rack: int, cluster_file: Path | None, nodes_file: Path | None
+    nodes: int | None,
+    gpus_per_node: int | None,
+    nodes_per_rack: int | None,
+    cluster_file: Path | None,
+    nodes_file: Path | None,
 ) -> ClusterSpec:
-    """The cluster model of sim/cluster.py from flags, a TOML file or a node list."""
+    """The cluster model of sim/cluster.py from flags (None: the default), a TOML file or a node list."""
     from headway.sim import cluster as cl
 
     if cluster_file is not None and nodes_file is not None:
         fail("give --cluster or --nodes-file, not both")
+    given = [f for f, v in (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)) if v is not None]
+    if cluster_file is not None and nodes_per_rack is not None:
+        given.append("--nodes-per-rack")
+    if given and (cluster_file is not None or nodes_file is not None):
+        what = "--cluster" if cluster_file is not None else "--nodes-file"
+        fail(f"{', '.join(given)}: not used with {what}, which lists the nodes itself")
+    nodes = 64 if nodes is None else nodes
+    gpus_per_node = 8 if gpus_per_node is None else gpus_per_node
+    nodes_per_rack = 8 if nodes_per_rack is None else nodes_per_rack
     try:
         if cluster_file is not None:
             if not cluster_file.is_file():
@@ -523,6 +606,37 @@ def _stretch_rows(recs: Sequence[WaitRecord], most: int = 40) -> list[tuple[str,
     return rows
 
 
+def _left_out(jobs: pa.Table, results: Sequence[SimResult], job_id: str) -> str | None:
+    """Why `job_id` is not in the replay (None when it is)."""
+    import pyarrow.compute as pc
+
+    from headway.sim.run import CPU_ONLY, NEVER_RAN, NO_SUBMIT
+
+    if not results or pc.any(pc.equal(results[0].jobs.column("job_id"), job_id)).as_py():
+        return None
+    for line in results[0].excluded:
+        if line.startswith(f"{job_id}: "):
+            return line[len(job_id) + 2 :]
+    row = jobs.filter(pc.equal(jobs.column("job_id"), job_id)).to_pylist()[0]
+    if row["submit_time"] is None:
+        return NO_SUBMIT
+    if row["start_time"] is None or row["end_time"] is None:
+        return NEVER_RAN
+    return CPU_ONLY + " (--include-cpu adds such jobs)"
+
+
+def _print_left_out(counts: Mapping[str, int], excluded: Sequence[str]) -> None:
+    """The footer that says which jobs were not replayed, and why."""
+    if not counts:
+        return
+    why = ", ".join(f"{n:,} {reason}" for reason, n in counts.items())
+    out.print(f"[yellow]left out of the simulation:[/] {why}", markup=True)
+    for line in excluded[:5]:
+        out.print(f"  {line}", markup=False)
+    if len(excluded) > 5:
+        out.print(f"  ... and {len(excluded) - 5:,} more larger than the cluster (all in --json)")
+
+
 def _explain_tables(results: Sequence[SimResult], job_id: str) -> tuple[list[Table], dict[str, Any]]:
     import pyarrow.compute as pc
 
@@ -568,9 +682,9 @@ def simulate(
     trace: TraceArg = None,
     fmt: FormatOpt = "auto",
     db: DbOpt = None,
-    nodes: NodesOpt = 64,
-    gpus_per_node: GpnOpt = 8,
-    nodes_per_rack: NprOpt = 8,
+    nodes: NodesOpt = None,
+    gpus_per_node: GpnOpt = None,
+    nodes_per_rack: NprOpt = None,
     cluster: ClusterOpt = None,
     nodes_file: NodesFileOpt = None,
     policy: Annotated[
@@ -585,13 +699,7 @@ def simulate(
             show_default=False,
         ),
     ] = None,
-    seed: Annotated[
-        int,
-        typer.Option(
-            help="Seed of the predictor's training (LightGBM's row and feature sampling). The replay itself "
-            "is deterministic: policies that read no predictions give the same result for every seed."
-        ),
-    ] = 0,
+    seed: SeedOpt = 0,
     as_json: JsonOpt = False,
     html_out: Annotated[
         Path | None,
@@ -615,6 +723,7 @@ def simulate(
         ),
     ] = "auto",
     tz: Annotated[str | None, typer.Option(help="Timezone of naive timestamps in TRACE.")] = None,
+    mapping: MappingOpt = None,
     workers: Annotated[
         int,
         typer.Option(
@@ -635,11 +744,12 @@ def simulate(
         fail(f"--reference: choose one of {', '.join(REFERENCES)}")
     if load is not None and not 0 < load <= 10:
         fail(f"--load: {load:g} is out of range; offered load must be in (0, 10]")
-    jobs, info = load_jobs(trace, fmt, db, tz)
+    jobs, info = load_jobs(trace, fmt, db, tz, mapping)
     if explain is not None and explain not in set(jobs.column("job_id").to_pylist()):
         fail(f"--explain: no job {explain!r} in {info.label}")
     spec = build_cluster(nodes, gpus_per_node, nodes_per_rack, cluster, nodes_file)
     if not as_json:
+        info.report()
         err.print(f"{info.label}: {info.jobs:,} jobs ({info.format}); simulating {', '.join(policies)}")
     results = run_policies(
         jobs,
@@ -653,6 +763,9 @@ def simulate(
         quiet=as_json,
         workers=workers,
     )
+    if results and results[0].jobs.num_rows == 0:
+        _print_left_out(results[0].excluded_counts, results[0].excluded)
+        fail(f"{info.label}: every job was left out of the simulation (see above); nothing to compare")
     metrics = {r.policy: compute(r) for r in results}
     capacity = results[0].capacity_gpus if results else float(spec.capacity_gpus)
     figs = reference_for(load) if wants_reference(reference, info, capacity) else []
@@ -673,7 +786,10 @@ def simulate(
         "reference": {"name": "helios-philly", "rows": reference_rows(figs, metrics)} if figs else None,
     }
     explain_tables: list[Table] = []
-    if explain:
+    left_out = _left_out(jobs, results, explain) if explain else None
+    if left_out is not None:
+        doc["explain"] = {"job_id": explain, "left_out": left_out}
+    elif explain:
         explain_tables, doc["explain"] = _explain_tables(results, explain)
     if html_out is not None:
         _write_html(html_out, results, metrics, info, capacity, load, figs)
@@ -686,23 +802,21 @@ def simulate(
         comparison_table(
             metrics,
             f"{Path(info.label).name}: {info.jobs:,} jobs, {capacity:g} GPUs, {load_txt} "
-            f"(offered {offered:.3g})",
+            + (
+                f"(offered {offered:.3g})" if math.isfinite(offered) else "(no arrival rate: no offered load)"
+            ),
         )
     )
-    counts = doc["excluded_counts"]
-    if counts:
-        why = ", ".join(f"{n:,} {reason}" for reason, n in counts.items())
-        out.print(f"[yellow]left out of the simulation:[/] {why}", markup=True)
-        for line in excluded[:5]:
-            out.print(f"  {line}", markup=False)
-        if len(excluded) > 5:
-            out.print(f"  ... and {len(excluded) - 5:,} more larger than the cluster (all in --json)")
+    _print_left_out(doc["excluded_counts"], excluded)
     for g in doc["goals"]:
         mark = "[green]met[/]" if g["met"] else "[red]not met[/]"
         val = f"{g['ratio']:.2f}x" if "ratio" in g else f"{g['points']:+.2f} points"
         out.print(f"goal: {g['goal']}: {val}, {mark}", markup=True)
     if figs:
         out.print(_reference_table(doc["reference"]["rows"], load_txt))
+    if left_out is not None:
+        why = f"job {escape(str(explain))} was left out of the simulation: {left_out}"
+        out.print(f"[yellow]--explain:[/] {why}")
     for t in explain_tables:
         out.print(t)
     if html_out is not None:
@@ -778,9 +892,9 @@ def sweep(
     trace: TraceArg = None,
     fmt: FormatOpt = "auto",
     db: DbOpt = None,
-    nodes: NodesOpt = 64,
-    gpus_per_node: GpnOpt = 8,
-    nodes_per_rack: NprOpt = 8,
+    nodes: NodesOpt = None,
+    gpus_per_node: GpnOpt = None,
+    nodes_per_rack: NprOpt = None,
     cluster: ClusterOpt = None,
     nodes_file: NodesFileOpt = None,
     policy: Annotated[
@@ -809,6 +923,7 @@ def sweep(
     include_cpu: IncludeCpuOpt = False,
     as_json: JsonOpt = False,
     tz: Annotated[str | None, typer.Option(help="Timezone of naive timestamps in TRACE.")] = None,
+    mapping: MappingOpt = None,
 ) -> None:
     """Run a policy x load x seed grid on Dask and print the median over seeds per policy and load,
     with the min-max spread."""
@@ -821,10 +936,11 @@ def sweep(
         fail(f"--placement: choose one of {', '.join(PLACEMENTS)}")
     if scheduler is not None and not scheduler.startswith(("tcp://", "tls://", "ucx://", "inproc://")):
         fail(f"--scheduler: expected an address like tcp://HOST:PORT, got {scheduler!r}")
-    jobs, info = load_jobs(trace, fmt, db, tz)
+    jobs, info = load_jobs(trace, fmt, db, tz, mapping)
     spec = build_cluster(nodes, gpus_per_node, nodes_per_rack, cluster, nodes_file)
     cells = grid(policies, loads, seed_list)
     if not as_json:
+        info.report()
         where = scheduler or f"a local Dask cluster of {workers} processes"
         err.print(f"{info.label}: {info.jobs:,} jobs; {len(cells)} simulations on {where}")
     t0 = time.perf_counter()
@@ -845,11 +961,16 @@ def sweep(
             fail(f"dask: {e}")
     wall = time.perf_counter() - t0
     summary = summarise(results, SWEEP_METRICS)
+    from headway.sim.run import prepare
+
+    _, _, excluded, counts, _, _ = prepare(jobs, spec, include_cpu=include_cpu)  # the same in every cell
     if as_json:
         print_json(
             {
                 "trace": info.as_dict(),
                 "cluster": cluster_info(spec),
+                "excluded": excluded,
+                "excluded_counts": counts,
                 "grid": {
                     "policies": policies,
                     "loads": [c if c is not None else "natural" for c in loads],
@@ -884,6 +1005,7 @@ def sweep(
             cells_txt.append(txt)
         t.add_row(ld, pol, *cells_txt)
     out.print(t)
+    _print_left_out(counts, excluded)
     out.print(f"{len(cells)} simulations in {wall:.1f} s")
 
 
@@ -895,7 +1017,9 @@ SYNTH_FORMATS: tuple[str, ...] = ("parquet", "csv", "sacct")
 def synth(
     jobs: Annotated[int, typer.Option("--jobs", "-n", help="How many jobs to generate.", min=1)],
     out_path: Annotated[Path, typer.Option("--out", "-o", help="File to write.")],
-    seed: Annotated[int, typer.Option(help="Random seed: the same seed gives the same trace.")] = 0,
+    seed: Annotated[
+        int, typer.Option(help="Random seed: the same seed gives the same trace.", min=0, max=2**32 - 1)
+    ] = 0,
     users: Annotated[int, typer.Option(help="How many users submit jobs.", min=1)] = 160,
     fmt: Annotated[
         str,

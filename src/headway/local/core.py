@@ -438,7 +438,12 @@ class QueueCore:
             job = by_id.get(entry.job_id)
             if job is None or job.id in started:
                 continue
-            reason = "Resources" if job.id == head or (head is None and entry.rank == 1) else "Priority"
+            if entry.reason.startswith("held"):  # repeat failures: last in line, as `why` explains
+                reason = "Held"
+            elif job.id == head or (head is None and entry.rank == 1):
+                reason = "Resources"
+            else:
+                reason = "Priority"
             if job.reason != reason:
                 job.reason = reason
                 step.changed.add(job.id)

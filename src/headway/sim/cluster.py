@@ -11,6 +11,7 @@ import tomllib
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 import numpy as np
 
@@ -98,19 +99,26 @@ class ClusterSpec:
             raise ClusterSpecError(f"{p}: not valid TOML: {e}") from e
         per_rack = doc.get("nodes_per_rack", 8)
         groups = doc.get("nodes")
+        if unknown := sorted(set(doc) - _TOP_KEYS):
+            raise ClusterSpecError(f"{p}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_TOP_KEYS))})")
         if not isinstance(groups, list) or not groups:
             raise ClusterSpecError(f"{p}: needs at least one [[nodes]] table")
-        if not isinstance(per_rack, int) or per_rack < 1:
+        if not _positive_int(per_rack):
             raise ClusterSpecError(f"{p}: nodes_per_rack must be a positive integer")
         out: list[NodeSpec] = []
         rack_ids: dict[str, int] = {}
         auto_rack = 0
         for gi, g in enumerate(groups, 1):
             where = f"{p}: [[nodes]] #{gi}"
+            if not isinstance(g, dict):
+                raise ClusterSpecError(f"{where}: expected a table")
+            if unknown := sorted(set(g) - _GROUP_KEYS):  # a typo ("gpu") must not silently mean the default
+                known = ", ".join(sorted(_GROUP_KEYS))
+                raise ClusterSpecError(f"{where}: unknown key {unknown[0]!r} (known: {known})")
             count, gpus = g.get("count", 1), g.get("gpus")
-            if not isinstance(gpus, int) or gpus < 1:
+            if not _positive_int(gpus):
                 raise ClusterSpecError(f"{where}: gpus must be a positive integer")
-            if not isinstance(count, int) or count < 1:
+            if not _positive_int(count):
                 raise ClusterSpecError(f"{where}: count must be a positive integer")
             prefix, model, rack = g.get("name", f"g{gi}-"), g.get("model"), g.get("rack")
             for i in range(count):
@@ -124,6 +132,15 @@ class ClusterSpec:
         dense: dict[int, int] = {}
         nodes = tuple(NodeSpec(n.name, n.gpus, dense.setdefault(n.rack, len(dense)), n.model) for n in out)
         return cls(nodes)
+
+
+_TOP_KEYS = frozenset({"nodes", "nodes_per_rack"})
+_GROUP_KEYS = frozenset({"count", "gpus", "name", "model", "rack"})
+
+
+def _positive_int(v: object) -> TypeGuard[int]:
+    """A TOML integer >= 1 (TOML's true is a bool, which Python also counts as the int 1)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
 
 
 def _flat(a: I64) -> memoryview:

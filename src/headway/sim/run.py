@@ -123,12 +123,22 @@ def prepare(
     span = float(rel[-1]) if len(rel) else 0.0
     cap = float(spec.capacity_gpus)
     offered = float((g * runtime).sum())
-    natural = offered / (cap * span) if span > 0 and cap > 0 else 0.0
+    # No arrival rate (every job submitted in the same second, or none ran): no offered load to speak of.
+    natural = offered / (cap * span) if span > 0 and cap > 0 and offered > 0 else math.nan
     final = natural
     if load is not None:
         if not load > 0 or not math.isfinite(load):
             raise ValueError("load must be a positive number")
-        if natural > 0:
+        if len(rel) and math.isnan(natural):
+            raise ValueError(
+                "--load cannot rescale this trace: "
+                + (
+                    "every job was submitted in the same second, so it has no arrival rate to stretch"
+                    if span <= 0
+                    else "no job ran for any time, so it offers no GPU-hours"
+                )
+            )
+        if len(rel):
             rel = rel * (natural / load)
             final = load
     users_raw = [u if u is not None else "(unknown)" for u in tt.column("user").to_pylist()]
