@@ -240,3 +240,25 @@ def test_jobs_without_a_submit_time_are_counted_in_a_note_beside_the_weekly_seri
         r = audit_report(s.con)
     assert sum(w["jobs"] for w in r["weekly"]) == 2 and r["totals"]["audited_jobs"] == 3
     assert "1 jobs have no submit time" in " ".join(r["notes"])
+
+
+def test_an_unreadable_gpu_count_is_a_bad_row_not_a_cpu_job(tmp_path: Path) -> None:
+    row = sacct_row("COMPLETED", "2").replace("gres/gpu=2", "gres/gpu=x")
+    log = write(tmp_path / "log.txt", sacct_row("COMPLETED", "1"), row)
+    code, out, _ = run("ingest", str(log), "--db", str(tmp_path / "s.duckdb"), "--json")
+    f = json.loads(out)["files"][0]
+    assert code == 0 and f["jobs_stored"] == 1
+    assert "AllocTRES: a gres/gpu count is not a number ('" in f["bad_row_examples"][0]
+
+
+def test_bytes_that_are_not_utf8_are_read_and_noted(tmp_path: Path) -> None:
+    log = tmp_path / "log.txt"
+    text = "\n".join([HEADER, sacct_row("COMPLETED", "1", user="alice")]) + "\n"
+    log.write_bytes(text.encode().replace(b"alice", b"al\xe9ice"))  # Latin-1, not UTF-8
+    db = tmp_path / "s.duckdb"
+    code, out, _ = run("ingest", str(log), "--db", str(db), "--json")
+    f = json.loads(out)["files"][0]
+    assert code == 0 and f["jobs_stored"] == 1
+    assert any("1 bytes are not UTF-8" in n for n in f["notes"]), f["notes"]
+    with JobStore(db, read_only=True) as s:
+        assert s.con.execute('SELECT "user" FROM jobs').fetchall() == [("al\ufffdice",)]

@@ -176,6 +176,9 @@ class SacctReader:
         req_kv = tb.explode_pairs(f.text(req)) if req is not None else None
         if alloc_kv is not None or req_kv is not None:
             cols["gpus"] = self._gpus(f.n, alloc_kv, req_kv)
+            for kv, name, values in ((alloc_kv, "AllocTRES", alloc), (req_kv, "ReqTRES", req)):
+                if kv is not None:  # a GPU job must not turn into a CPU job on an unreadable count
+                    f.flag(kv.unreadable("gres/gpu"), f"{name}: a gres/gpu count is not a number", values)
             provided.add("gpus")
 
         nodes = self._first_positive(

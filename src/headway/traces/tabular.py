@@ -91,6 +91,7 @@ class RawColumns:
         # Each piece is (flat values of rows with len(header) fields, None, rows) or (None, columns, rows).
         self._pieces = pieces
         self._cache: dict[int, pa.Array] = {}
+        self.notes: list[str] = []  # things the reader of the bytes wants known (e.g. bytes not UTF-8)
         self._index: dict[str, int] = {}
         for i, name in enumerate(header):
             if name:
@@ -214,8 +215,13 @@ def read_delimited(
     pieces: list[tuple[pa.Array | None, list[pa.Array] | None, int]] = []
     line_parts: list[np.ndarray] = []
     bad: list[tuple[int, str]] = []
+    not_utf8 = 0
     for raw, first_line in _chunks(path, progress, quoting):
-        text = raw.decode("utf-8", errors="replace")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:  # read on, but say so: names with such bytes are stored altered
+            text = raw.decode("utf-8", errors="replace")
+            not_utf8 += text.count("\ufffd")
         if "\x00" in text:
             text = text.replace("\x00", "\ufffd")
         if header is None:
@@ -280,7 +286,10 @@ def read_delimited(
     if header is None:
         raise BadInputError(f"{file}: empty file")
     lines_all = np.concatenate(line_parts) if line_parts else np.zeros(0, dtype=np.int64)
-    return RawColumns(file, header, pieces, lines_all, bad)
+    out = RawColumns(file, header, pieces, lines_all, bad)
+    if not_utf8:
+        out.notes.append(f"{not_utf8:,} bytes are not UTF-8: they were read as U+FFFD (\ufffd)")
+    return out
 
 
 class _CountingFile(io.RawIOBase):
@@ -492,6 +501,7 @@ class Frame:
         self._clean: dict[tuple[int, tuple[str, ...]], pa.Array] = {}
         self.notes: list[str] = []
         self.skip = np.zeros(self.n, dtype=bool)  # rows dropped silently (e.g. job steps)
+        self.notes.extend(raw.notes)
         self._unknown: list[tuple[np.ndarray, pa.Array, str]] = []  # (rows, words, what) for `finish`'s note
 
     def flag(self, mask: pa.Array | np.ndarray, message: str, values: pa.Array | None = None) -> None:
@@ -766,6 +776,18 @@ class KeyValues:
     value: pa.Array  # float64, null where the value is not a number
     rows_of: np.ndarray  # for each input row, the index of its distinct string
     distinct: int
+    text: pa.Array | None = None  # each pair as written (trimmed)
+
+    def unreadable(self, prefix: str) -> np.ndarray:
+        """Per input row: whether a pair whose key starts with `prefix` has no number as its value
+        (`gres/gpu=x`), which would otherwise be skipped as if it were absent."""
+        if self.text is None:
+            return np.zeros(len(self.rows_of), dtype=bool)
+        bad = pc.and_(pc.starts_with(self.text, prefix), pc.is_null(self.value))
+        m = pc.fill_null(bad, False).to_numpy(zero_copy_only=False)
+        hit = np.bincount(self.row[m], minlength=self.distinct) > 0
+        out: np.ndarray = hit[self.rows_of]
+        return out
 
 
 MEM_UNITS = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024, "P": 1024.0**3}
@@ -792,7 +814,7 @@ def explode_pairs(values: pa.Array) -> KeyValues:
     num = pc.struct_field(kv, "v")
     num = pc.if_else(pc.match_substring_regex(num, _FLOAT_RE), num, pa.scalar(None, pa.string()))
     val = pc.multiply(num.cast(pa.float64()), unit_scale(pc.struct_field(kv, "u")))
-    return KeyValues(rows, key, val, enc.indices.to_numpy(zero_copy_only=False), len(enc.dictionary))
+    return KeyValues(rows, key, val, enc.indices.to_numpy(zero_copy_only=False), len(enc.dictionary), flat)
 
 
 def sum_where(kv: KeyValues, mask: pa.Array) -> tuple[np.ndarray, np.ndarray]:
