@@ -769,6 +769,8 @@ def simulate(
     metrics = {r.policy: compute(r) for r in results}
     capacity = results[0].capacity_gpus if results else float(spec.capacity_gpus)
     figs = reference_for(load) if wants_reference(reference, info, capacity) else []
+    if reference == "helios-philly" and not figs and not as_json:
+        err.print("note: the Helios reference has figures at the natural load and at load 1.0 only")
     excluded = results[0].excluded if results else []
     doc: dict[str, Any] = {
         "policies": metrics,
