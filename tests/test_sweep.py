@@ -99,9 +99,10 @@ def test_sweep_command_prints_one_json_row_per_policy_and_load(tmp_path: Path) -
     res = runner.invoke(app, [*args, "--seeds", "0,1", "--workers", "2", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
+    assert doc["grid"]["loads"] == [0.9, "natural"]
     assert {(r["policy"], r["load"]) for r in doc["rows"]} == {
-        ("fifo", "0.9"),
-        ("multifactor", "0.9"),
+        ("fifo", 0.9),
+        ("multifactor", 0.9),
         ("fifo", "natural"),
         ("multifactor", "natural"),
     }

@@ -164,7 +164,7 @@ def iter_rows(summary: Mapping[tuple[str, str], Mapping[str, Summary]]) -> Itera
     for (policy, load), row in summary.items():
         yield {
             "policy": policy,
-            "load": load,
+            "load": load if load == "natural" else float(load),  # as in the grid: a number, or "natural"
             "metrics": {
                 k: {"median": s.median, "min": s.low, "max": s.high, "seeds": s.n} for k, s in row.items()
             },
