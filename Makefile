@@ -34,4 +34,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info headway.duckdb headway-report.html
+	rm -rf $(VENV) build *.egg-info headway.duckdb headway-demo.duckdb headway-report.html

@@ -421,7 +421,7 @@ def render_html(r: dict[str, Any]) -> str:
             )
         )
     parts.append(
-        "<p class='muted'>Outcome classes (DESIGN.md): success = COMPLETED; waste = FAILED, TIMEOUT, "
+        "<p class='muted'>Outcome classes: success = COMPLETED; waste = FAILED, TIMEOUT, "
         "OUT_OF_MEMORY, NODE_FAIL; CANCELLED and PREEMPTED are shown apart. Completion rate = successful / "
         "ended jobs. Made by headway.</p>"
     )

@@ -84,7 +84,7 @@ def audit(
     """Show where the GPU-hours went: totals per state and outcome, completion rate, waste and its cost,
     top wasters, repeat failures, early failures, timeouts and over-asking, queueing delay, weekly series.
 
-    Jobs are selected by submit time. Outcome classes follow DESIGN.md: success = COMPLETED; waste =
+    Jobs are selected by submit time. Outcome classes: success = COMPLETED; waste =
     FAILED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL; CANCELLED and PREEMPTED are reported separately.
     The JSON schema is documented in docs/audit-json.md.
     """

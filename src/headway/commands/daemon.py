@@ -31,7 +31,11 @@ def daemon(
     ] = "auto",
     state_dir: StateDirOpt = None,
     policy: Annotated[
-        str, typer.Option(help="Queue order: `impact` (DESIGN.md) or `fifo` (submit order), or any policy.")
+        str,
+        typer.Option(
+            help="Queue order: `impact` (successful work per GPU-hour) or `fifo` (submit order), or any "
+            "policy."
+        ),
     ] = "impact",
     db: Annotated[
         Path | None,

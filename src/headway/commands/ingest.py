@@ -197,7 +197,7 @@ def export(
     db: DbOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
 ) -> None:
-    """Export the job store to a Parquet file (schema of DESIGN.md plus runtime, wait, gpu_hours)."""
+    """Export the job store to a Parquet file (the job record plus runtime, wait, gpu_hours)."""
     from headway.store import JobStore, StoreError
 
     try:

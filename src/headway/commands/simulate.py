@@ -89,15 +89,15 @@ DbOpt = Annotated[
     ),
 ]
 NodesOpt = Annotated[
-    int | None, typer.Option(help="Nodes in a uniform cluster [default: 64].", min=1, show_default=False)
+    int | None, typer.Option(help="Nodes in a uniform cluster (default 64).", min=1, show_default=False)
 ]
 GpnOpt = Annotated[
-    int | None, typer.Option("--gpus-per-node", help="GPUs per node [default: 8].", min=1, show_default=False)
+    int | None, typer.Option("--gpus-per-node", help="GPUs per node (default 8).", min=1, show_default=False)
 ]
 NprOpt = Annotated[
     int | None,
     typer.Option(
-        "--nodes-per-rack", help="Nodes per rack (one switch each) [default: 8].", min=1, show_default=False
+        "--nodes-per-rack", help="Nodes per rack (one switch each; default 8).", min=1, show_default=False
     ),
 ]
 ClusterOpt = Annotated[
@@ -400,9 +400,12 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 
 
 def comparison_table(metrics: Mapping[str, Mapping[str, Any]], title: str, baseline: str = BASELINE) -> Table:
-    """One row per policy; each cell shows the value and, under it, the ratio to the baseline."""
+    """One row per policy; each cell shows the value and, under it, the ratio to the baseline (without
+    multifactor in the run, the first policy: `impact,impact-oracle` then reads as the oracle's gain)."""
     from headway.sim.metrics import LOWER_IS_BETTER
 
+    if baseline not in metrics and metrics:
+        baseline = next(iter(metrics))
     t = Table(
         title=title,
         box=box.SIMPLE_HEAD,
