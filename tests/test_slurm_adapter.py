@@ -289,3 +289,66 @@ def test_garbage_from_squeue_fails_the_pass_with_a_reason_and_the_loop_goes_on(
     (fake_slurm / "garbage").unlink()
     second = sync.run_pass()
     assert second.ok and second.seq == 2 and second.applied
+
+
+def test_sprio_without_a_line_for_the_job_is_no_line_not_a_parse_error() -> None:
+    assert parse_sprio_long("Unable to find jobs matching user/id(s) specified\n") == {}
+
+
+def test_an_error_reported_by_squeue_json_is_not_read_as_an_empty_queue() -> None:
+    doc = {"errors": [{"description": "Failed while looking for jobs", "error_number": 1}], "jobs": []}
+    with pytest.raises(SlurmDown, match="Failed while looking for jobs"):
+        parse_squeue_json(json.dumps(doc))
+
+
+def test_jobs_held_or_waiting_on_a_dependency_are_left_alone(
+    fake_slurm: Path, tmp_path: Path, shared_traces: Path
+) -> None:
+    doc = json.loads((shared_traces / SLURM / "squeue_pending.json").read_text())
+    pending = [j for j in doc["jobs"] if j["job_state"] == "PENDING"]
+    pending[0]["state_reason"], pending[1]["state_reason"] = "JobHeldUser", "Dependency"
+    held, dep = str(pending[0]["job_id"]), str(pending[1]["job_id"])
+    (tmp_path / "queue.json").write_text(json.dumps(doc))
+    _script(fake_slurm / "squeue", f'cat "{tmp_path / "queue.json"}"\n')
+    sync = SlurmSync(_runner(fake_slurm), SyncOptions(apply=False, db=tmp_path / "j.duckdb"), RatePredictor)
+    report = sync.run_pass()
+    assert report.ok and report.plan is not None
+    assert report.plan.skipped_waiting == {held: "JobHeldUser", dep: "Dependency"}
+    ranked = {r.job_id for r in report.plan.rows}
+    assert held not in ranked and dep not in ranked and len(ranked) == 17
+    assert max(r.target for r in report.plan.rows) == 100000  # the top goes to a job that can start
+
+
+def test_ended_jobs_read_in_a_pass_that_failed_are_stored_by_the_next(
+    fake_slurm: Path, tmp_path: Path
+) -> None:
+    db = tmp_path / "j.duckdb"
+    sync = SlurmSync(_runner(fake_slurm), SyncOptions(apply=True, db=db), predictor_factory=RatePredictor)
+    real_sprio = (fake_slurm / "sprio").read_text()
+    _script(
+        fake_slurm / "sprio", "echo 'slurm_load_jobs error: Unable to contact slurm controller' >&2; exit 1\n"
+    )
+    first = sync.run_pass()  # sacct was read, then sprio failed: nothing stored yet
+    assert not first.ok and not db.exists()
+    (fake_slurm / "sprio").write_text(real_sprio)
+    second = sync.run_pass()
+    assert second.ok and second.plan is not None and second.plan.history_new == 0  # nothing new in sacct
+    from headway.store import JobStore
+
+    with JobStore(db, read_only=True) as s:
+        assert s.count() == 10  # ... yet the ten jobs the failed pass read are in the store
+
+
+def test_a_missing_slurm_conf_is_one_line_at_once_not_a_minute_of_retries(tmp_path: Path) -> None:
+    runner = Runner(env={**os.environ, "SLURM_CONF": str(tmp_path / "nope.conf")})
+    with pytest.raises(SlurmMissing, match="no such file"):
+        runner.run("sh", ["-c", "exit 0"])
+
+
+def test_an_accounting_outage_names_slurmdbd() -> None:
+    err = classify(
+        "sacct",
+        1,
+        "sacct: error: slurm_persist_conn_open_without_init: failed to open ... Connection refused",
+    )
+    assert isinstance(err, SlurmDown) and "slurmdbd" in str(err)

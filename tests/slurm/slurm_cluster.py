@@ -354,8 +354,9 @@ def _processes_of(conf: Path) -> list[int]:
     """Processes (job scripts, slurmstepd) whose environment names this cluster's SLURM_CONF."""
     marker = f"SLURM_CONF={conf}".encode()
     found = []
+    spare = _ancestors()  # the shell that exported SLURM_CONF to run the stop script is not the cluster's
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+        if not proc.name.isdigit() or int(proc.name) in spare:
             continue
         try:
             environ = (proc / "environ").read_bytes()
@@ -387,3 +388,16 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def _ancestors() -> set[int]:
+    """This process and its parents up to init."""
+    out, pid = set(), os.getpid()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state: the parent's pid
+    return out

@@ -87,6 +87,9 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool) -> None:
     out.print(t)
     if plan.skipped_cpu_only:
         out.print(f"left alone (no GPUs requested): {', '.join(plan.skipped_cpu_only)}")
+    if plan.skipped_waiting:
+        waiting = ", ".join(f"{j} ({why})" for j, why in plan.skipped_waiting.items())
+        out.print(f"left alone (cannot start whatever their priority): {waiting}")
     summary = f"{len(plan.changes)} to change, {len(plan.rows) - len(plan.changes)} unchanged"
     if report.dry_run:
         out.print(f"{summary}; dry run: nothing written (add --apply to write SiteFactors)")
@@ -147,6 +150,7 @@ def sync(
         fail(str(e))
     if (problem := live_policy_error(policy)) is not None:
         fail(problem)
+    _check_since(since)
     opts = SyncOptions(rng=rng, apply=apply, db=db, source=source, since=since, policy=policy)
     runner = Runner()
     try:
@@ -201,7 +205,7 @@ def why(
 ) -> None:
     """Headway's factors for one pending job next to Slurm's own `sprio -l` line for it (writes nothing)."""
     from headway.policy import live_policy_error
-    from headway.slurm.queue import parse_sprio_long
+    from headway.slurm.queue import ParseError, parse_sprio_long
     from headway.slurm.runner import Runner, SlurmError
     from headway.slurm.sitefactor import FactorRange
     from headway.slurm.sync import SlurmSync, SyncOptions
@@ -212,6 +216,7 @@ def why(
         fail(str(e))
     if (problem := live_policy_error(policy)) is not None:
         fail(problem)
+    _check_since(since)
     runner = Runner()
     try:
         syncer = SlurmSync(
@@ -225,8 +230,16 @@ def why(
     if row is None:
         if job_id in plan.skipped_cpu_only:
             fail(f"job {job_id} asks for no GPUs; headway leaves its SiteFactor alone")
+        if job_id in plan.skipped_waiting:
+            fail(
+                f"job {job_id} cannot start whatever its priority (Slurm's reason: "
+                f"{plan.skipped_waiting[job_id]}); headway ranks only jobs that can"
+            )
         fail(f"job {job_id} is not pending (headway ranks only pending jobs; see `squeue -j {job_id}`)")
-    sprio = parse_sprio_long(res.stdout).get(job_id) if res.returncode == 0 else None
+    try:
+        sprio = parse_sprio_long(res.stdout).get(job_id) if res.returncode == 0 else None
+    except ParseError:
+        sprio = None  # shown as "sprio has no line for this job", with what sprio said
     data = {
         "job_id": job_id,
         "headway": {
@@ -262,3 +275,14 @@ def why(
     for k, v in sprio.factors.items():
         s.add_row(k, f"{v:g}")
     out.print(Columns([t, s]))
+
+
+def _check_since(since: str) -> None:
+    """--since is read on the first pass; a typo must stop the command now, not fail every pass."""
+    from headway.traces.base import BadInputError
+    from headway.traces.sacct import parse_since
+
+    try:
+        parse_since(since)
+    except (BadInputError, ValueError) as e:
+        fail(str(e))

@@ -37,6 +37,16 @@ class QueueJob:
     nodes: int
     time_limit: float | None  # seconds; None when unlimited
     priority: int | None
+    reason: str | None = None  # Slurm's pending reason (Priority, Resources, JobHeldUser, Dependency, ...)
+
+    @property
+    def cannot_start(self) -> bool:
+        """Held, or waiting on another job or a begin time: no priority makes it start now."""
+        return (self.reason or "").startswith(CANNOT_START_REASONS)
+
+
+# Pending reasons of jobs that cannot start whatever their priority (sprio does not even list them).
+CANNOT_START_REASONS = ("JobHeld", "Dependency", "BeginTime", "PartitionDown", "PartitionInactive")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +125,13 @@ def parse_squeue_json(text: str) -> list[QueueJob]:
         raise ParseError(f"squeue --json: not JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
         raise ParseError("squeue --json: no `jobs` list in its output")
+    errors = [e for e in doc.get("errors") or [] if e]
+    if errors:  # 22.05 exits 0 with an empty `jobs` list when it could not read the queue
+        from headway.slurm.runner import SlurmDown
+
+        first = errors[0]
+        said = first.get("description") or first.get("error") if isinstance(first, dict) else first
+        raise SlurmDown(f"squeue: slurmctld is not answering: {said or 'an error'} (in squeue --json)")
     out: list[QueueJob] = []
     for i, j in enumerate(doc["jobs"], start=1):
         if not isinstance(j, dict):
@@ -152,6 +169,7 @@ def parse_squeue_json(text: str) -> list[QueueJob]:
                 nodes=nodes,
                 time_limit=_minutes(j.get("time_limit")),
                 priority=int(prio) if isinstance(prio, int | float) else None,
+                reason=_none(j.get("state_reason")),
             )
         )
     return out
@@ -173,6 +191,7 @@ SQUEUE_FIELDS: tuple[str, ...] = (
     "tres-per-node",
     "tres-per-job",
     "PriorityLong",
+    "Reason",  # last: output without it (an older headway's fields) still reads
 )
 
 
@@ -211,7 +230,7 @@ def parse_squeue_text(text: str) -> list[QueueJob]:
         if not line.strip():
             continue
         cells = line.split("|")
-        if len(cells) < len(SQUEUE_FIELDS):
+        if len(cells) < len(SQUEUE_FIELDS) - 1:
             raise ParseError(f"squeue -O: line {lineno}: {len(cells)} fields, expected {len(SQUEUE_FIELDS)}")
         c = dict(zip(SQUEUE_FIELDS, (x.strip() for x in cells), strict=False))
         if c["State"] not in _STATES:
@@ -234,6 +253,7 @@ def parse_squeue_text(text: str) -> list[QueueJob]:
                     nodes=nodes,
                     time_limit=parse_duration(c["TimeLimit"]),
                     priority=int(prio) if prio is not None else None,
+                    reason=_none(c.get("Reason", "")),
                 )
             )
         except ValueError as e:
@@ -279,8 +299,8 @@ def parse_sinfo(text: str) -> list[NodeGpus]:
 def parse_sprio_long(text: str) -> dict[str, SprioLine]:
     """`sprio -l` rows keyed by job id; columns by the header line (whatever factors this site has)."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    if not lines:
-        return {}
+    if not lines or lines[0].startswith("Unable to find jobs"):
+        return {}  # sprio's answer (exit 0) for jobs it does not weigh: held, waiting on a dependency
     header = lines[0].split()
     if not header or header[0] != "JOBID" or "PRIORITY" not in header:
         raise ParseError("sprio -l: no JOBID ... PRIORITY header line")

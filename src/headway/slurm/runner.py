@@ -24,7 +24,7 @@ _DENIED = re.compile(
 
 _NO_CONFIG = re.compile(
     r"could not establish a configuration source|resolve_ctls_from_dns_srv|"
-    r"unable to (open|read) .*slurm\.conf|no such file.*slurm\.conf",
+    r"unable to (open|read) .*slurm\.conf|no such file.*slurm\.conf|s_p_parse_file: cannot stat file",
     re.IGNORECASE,
 )
 
@@ -67,7 +67,8 @@ def classify(cmd: str, returncode: int, stderr: str) -> SlurmError:
             f"{cmd}: not permitted: {first} (updating SiteFactor needs root or Slurm's SlurmUser)"
         )
     if _DOWN.search(stderr):
-        return SlurmDown(f"{cmd}: slurmctld is not answering: {first}")
+        daemon = "slurmdbd (accounting)" if cmd == "sacct" else "slurmctld"
+        return SlurmDown(f"{cmd}: {daemon} is not answering: {first}")
     return SlurmError(f"{cmd} failed: {first}")
 
 
@@ -91,6 +92,9 @@ class Runner:
     def run(self, cmd: str, args: Sequence[str], *, check: bool = True, stdin: str | None = None) -> Result:
         """Run `cmd args...` (feeding `stdin`); with check, a non-zero exit raises the classified error."""
         argv = (self.which(cmd), *args)
+        conf = (self.env or os.environ).get("SLURM_CONF")
+        if conf and not os.path.isfile(conf):  # Slurm itself retries for a minute before it says so
+            raise SlurmMissing(f"SLURM_CONF={conf}: no such file; point it at this cluster's slurm.conf")
         try:
             proc = subprocess.run(
                 argv,
@@ -103,7 +107,10 @@ class Runner:
                 check=False,
                 env=dict(self.env) if self.env is not None else None,
             )
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as e:
+            said = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+            if _NO_CONFIG.search(said):
+                raise classify(cmd, -1, said) from None
             raise SlurmDown(f"{cmd}: no answer within {self.timeout_s:.0f} s") from None
         except OSError as e:
             raise SlurmError(f"cannot run {cmd}: {e.strerror}") from e

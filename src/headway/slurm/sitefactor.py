@@ -26,9 +26,12 @@ class FactorRange:
         if lo >= hi:
             raise ValueError(f"--range {text!r}: LO must be below HI")
         # Slurm stores SiteFactor as a signed 32-bit value around NICE_OFFSET; stay well inside it.
-        if lo < -(2**31 - 1) // 2 or hi > (2**31 - 1) // 2:
-            raise ValueError(f"--range {text!r}: keep both ends within +-1,000,000,000")
+        if lo < -SITE_FACTOR_LIMIT or hi > SITE_FACTOR_LIMIT:
+            raise ValueError(f"--range {text!r}: keep both ends within +-{SITE_FACTOR_LIMIT:,}")
         return cls(lo, hi)
+
+
+SITE_FACTOR_LIMIT = 1_000_000_000  # Slurm keeps SiteFactor as a signed 32-bit value: stay well inside it
 
 
 def map_ranks(order: Sequence[str], rng: FactorRange) -> dict[str, int]:

@@ -71,6 +71,9 @@ class Plan:
     rows: list[PlanRow]
     skipped_cpu_only: list[str]
     changes: list[Change]
+    # Pending jobs that cannot start whatever their priority (held, waiting on a dependency or a begin
+    # time): job id -> Slurm's reason. Not ranked, not written (sprio does not even list them).
+    skipped_waiting: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -113,6 +116,7 @@ class PassReport:
                 for r in (p.rows if p else [])
             ],
             "skipped_cpu_only": p.skipped_cpu_only if p else [],
+            "skipped_waiting": p.skipped_waiting if p else {},
             "planned_changes": len(p.changes) if p else 0,
             "unchanged": (len(p.rows) - len(p.changes)) if p else 0,
             "applied": [{"job_id": c.job_id, "old": c.old, "new": c.new} for c in self.applied],
@@ -359,6 +363,9 @@ class SlurmSync:
         self.seq = 0  # snapshots ranked (the policy's pass number)
         self.passes = 0
         self._store_loaded = False
+        # Ended jobs read from sacct but not yet in the store (a pass that failed after the read, e.g. on
+        # a locked store): `History` has already moved past them, so they wait here for the next pass.
+        self._unstored: dict[str, JobRecord] = {}
 
     def _feed(self, now: float) -> None:
         """Tell the predictor about ended jobs it has not seen, in end order, strictly before now."""
@@ -403,17 +410,21 @@ class SlurmSync:
         jobs, queue_source = read_queue(self.runner)
         nodes = parse_sinfo(self.runner.run("sinfo", SINFO_ARGS).stdout)
         new = self.history.fetch(self.runner, opts.since, opts.source, read_at)
+        if opts.apply:  # kept until stored, whatever fails later in this pass
+            self._unstored.update((r.job_id, r) for r in new)
         current = read_site_factors(self.runner)
         now = self.clock()
         self._feed(now)
         if opts.apply:
-            self._store_new(new)
+            self._store_new(list(self._unstored.values()))  # raises (the pass fails) and keeps them
+            self._unstored.clear()
         pending_all = sorted(
             (j for j in jobs if j.state == "PENDING"), key=lambda j: (j.submit_time, j.job_id)
         )
         running = [j for j in jobs if j.state == "RUNNING"]
-        pending = [j for j in pending_all if j.gpus > 0]
+        pending = [j for j in pending_all if j.gpus > 0 and not j.cannot_start]
         skipped = [j.job_id for j in pending_all if j.gpus <= 0]
+        waiting = {j.job_id: j.reason or "" for j in pending_all if j.gpus > 0 and j.cannot_start}
         self.seq += 1
         rows: list[PlanRow] = []
         if pending:
@@ -456,6 +467,7 @@ class SlurmSync:
             rows=rows,
             skipped_cpu_only=skipped,
             changes=changes,
+            skipped_waiting=waiting,
         )
 
     def run_pass(self) -> PassReport:
