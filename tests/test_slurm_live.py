@@ -196,6 +196,9 @@ def test_slurm_starts_pending_jobs_in_headways_order(cluster: TestCluster, histo
     )
     assert sorted(order, key=lambda j: starts[j]) == order, f"start times {starts} vs headway order {order}"
     assert len(set(starts.values())) == 4  # one after another, not ties
+    for gone in (order[0], "999999"):  # an ended job, and one that never existed
+        why = headway(c, "slurm", "why", gone, "--db", history["db"])
+        assert why.returncode == 1 and f"job {gone} is not in Slurm's queue" in why.stderr, why.stderr
 
 
 def _json_stream(text: str) -> list[dict[str, Any]]:

@@ -235,7 +235,13 @@ def why(
                 f"job {job_id} cannot start whatever its priority (Slurm's reason: "
                 f"{plan.skipped_waiting[job_id]}); headway ranks only jobs that can"
             )
-        fail(f"job {job_id} is not pending (headway ranks only pending jobs; see `squeue -j {job_id}`)")
+        try:
+            state = runner.run("squeue", ["-h", "-j", job_id, "-o", "%T"], check=False).stdout.strip()
+        except SlurmError:
+            state = ""
+        if not state:
+            fail(f"job {job_id} is not in Slurm's queue: it ended (`sacct -j {job_id}`) or never existed")
+        fail(f"job {job_id} is {state.splitlines()[0]}: headway ranks only pending jobs")
     try:
         sprio = parse_sprio_long(res.stdout).get(job_id) if res.returncode == 0 else None
     except ParseError:
