@@ -55,6 +55,7 @@ class JobStore:
             raise StoreError(f"{self.path}: cannot open the job store: {str(e).splitlines()[0]}") from e
         if not read_only:
             self._ensure_schema()
+        self.last_repeats = 0  # rows of the last `upsert` that repeated an earlier row's (source, job_id)
 
     def _ensure_schema(self) -> None:
         cols = ", ".join(f"{_q(f.name)} {_DUCK_TYPES[f.type]}" for f in JOB_SCHEMA)
@@ -79,6 +80,7 @@ class JobStore:
     def upsert(self, table: pa.Table) -> int:
         """Insert jobs, replacing any stored job with the same (source, job_id); one transaction."""
         table = conform(table)
+        self.last_repeats = 0
         if table.num_rows == 0:
             return 0
         self.con.register("_incoming", table)
@@ -88,6 +90,7 @@ class JobStore:
             # (a sort) is only paid when the batch has duplicates: about 40% of a 1M-row ingest otherwise.
             dup_sql = "SELECT count(*) - count(DISTINCT (source, job_id)) FROM _incoming"
             dup = self.con.execute(dup_sql).fetchone()
+            self.last_repeats = int(dup[0]) if dup and dup[0] else 0
             src = "_incoming"
             if dup and dup[0]:
                 self.con.execute(

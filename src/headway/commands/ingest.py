@@ -17,8 +17,6 @@ from headway.traces.compressed import plain_file, relabel
 from headway.traces.registry import FORMATS, get_reader, sniff
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from headway.store import JobStore
 
 DbOpt = Annotated[
@@ -239,13 +237,12 @@ def _ingest_all(
             summary.append({"path": label, "error": error, "jobs_stored": 0, "notes": []})
             continue
         src = opts.source or res.format
-        repeats = _repeated_ids(res.table)
-        if repeats:
-            res.notes.append(
-                f"{repeats:,} rows repeat a job id of an earlier row in this file (requeued jobs in "
-                "`sacct -D` output look like this); the last row of each job id was kept"
-            )
         stored = store.upsert(res.table)
+        if store.last_repeats:  # (counted by the upsert's own duplicate check)
+            res.notes.append(
+                f"{store.last_repeats:,} rows repeat a job id of an earlier row in this file (requeued jobs "
+                "in `sacct -D` output look like this); the last row of each job id was kept"
+            )
         store.record_ingest(label, res.format, src, res.rows_read, stored, res.bad_row_count)
         summary.append(
             {
@@ -266,13 +263,3 @@ def _ingest_all(
             if res.bad_row_count > show_bad:
                 err.print(f"... and {res.bad_row_count - show_bad} more bad rows in {escape(str(path))}")
     return summary
-
-
-def _repeated_ids(table: pa.Table) -> int:
-    """Rows whose (source, job id) an earlier row of the same table already had."""
-    import pyarrow.compute as pc
-
-    if table.num_rows == 0:
-        return 0
-    distinct = pc.count_distinct(table.column("job_id")).as_py()
-    return int(table.num_rows - distinct)
