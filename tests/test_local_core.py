@@ -15,7 +15,10 @@ from headway.local.core import (
     Launch,
     LocalJob,
     Lost,
+    Plan,
     QueueCore,
+    QueueView,
+    RankEntry,
     Record,
     Submitted,
     Terminate,
@@ -50,6 +53,21 @@ def test_a_tick_starts_jobs_in_submit_order_under_fifo_on_free_gpus_only() -> No
     assert core.jobs[3].state is JobState.PENDING and core.jobs[3].reason in ("Resources", "Priority")
     # Nothing frees up: another pass starts nothing.
     assert _launches(core.handle(Tick(11.0)).instructions) == []
+
+
+def test_a_pending_job_the_policy_holds_shows_reason_held() -> None:
+    def planner(view: QueueView) -> Plan:  # job 1 runs; 2 is next in line; 3 is held (repeat failures)
+        ranking = (
+            RankEntry(2, 1, 1.0, {}, "normal; score 1"),
+            RankEntry(3, 2, 0.5, {}, "held (repeat failures); score 0.5"),
+        )
+        starts = ((1, (0,)),) if any(j.id == 1 for j in view.pending) else ()
+        return Plan("impact", starts, ranking)
+
+    core = QueueCore(range(1), planner)
+    core.handle(*(Submitted(_job(i, t=float(i))) for i in range(1, 4)))
+    core.handle(Tick(10.0))
+    assert (core.jobs[2].reason, core.jobs[3].reason) == ("Resources", "Held")
 
 
 def test_a_finished_job_frees_its_gpus_and_is_recorded_once() -> None:
