@@ -262,3 +262,27 @@ def test_bytes_that_are_not_utf8_are_read_and_noted(tmp_path: Path) -> None:
     assert any("1 bytes are not UTF-8" in n for n in f["notes"]), f["notes"]
     with JobStore(db, read_only=True) as s:
         assert s.con.execute('SELECT "user" FROM jobs').fetchall() == [("al\ufffdice",)]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--grace", "nan"], "--grace must be a number of seconds >= 0"),
+        (["--db", "/nonexistent-dir/jobs.duckdb"], "no such directory /nonexistent-dir"),
+    ],
+)
+def test_daemon_options_that_would_fail_later_fail_at_start(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    code, _, err = run("daemon", "--state-dir", str(tmp_path / "state"), "--gpus", "1", *args)
+    assert code == 1 and message in err and not (tmp_path / "state").exists()
+
+
+def test_without_multifactor_the_ratios_are_to_the_first_policy() -> None:
+    from headway.commands.simulate import comparison_table
+
+    metrics = {"impact": {"time_to_success_mean": 200.0}, "impact-oracle": {"time_to_success_mean": 100.0}}
+    table = comparison_table(metrics, "t")
+    assert table.caption is not None and "ratio to impact" in str(table.caption)
+    cells = [str(c) for c in table.columns[1].cells]
+    assert "0.50x" in cells[1] and "\n" not in cells[0]  # the baseline's own cell has no ratio line
