@@ -88,16 +88,25 @@ DbOpt = Annotated[
         "--db", help="DuckDB job store to read jobs from (default ./headway.duckdb).", show_default=False
     ),
 ]
+# The cluster flags default to None so that `build_cluster` can tell them from a --cluster file's nodes.
+DEFAULT_NODES, DEFAULT_GPUS_PER_NODE, DEFAULT_NODES_PER_RACK = 64, 8, 8
 NodesOpt = Annotated[
-    int | None, typer.Option(help="Nodes in a uniform cluster (default 64).", min=1, show_default=False)
+    int | None,
+    typer.Option(help=f"Nodes in a uniform cluster (default {DEFAULT_NODES}).", min=1, show_default=False),
 ]
 GpnOpt = Annotated[
-    int | None, typer.Option("--gpus-per-node", help="GPUs per node (default 8).", min=1, show_default=False)
+    int | None,
+    typer.Option(
+        "--gpus-per-node", help=f"GPUs per node (default {DEFAULT_GPUS_PER_NODE}).", min=1, show_default=False
+    ),
 ]
 NprOpt = Annotated[
     int | None,
     typer.Option(
-        "--nodes-per-rack", help="Nodes per rack (one switch each; default 8).", min=1, show_default=False
+        "--nodes-per-rack",
+        help=f"Nodes per rack (one switch each; default {DEFAULT_NODES_PER_RACK}).",
+        min=1,
+        show_default=False,
     ),
 ]
 ClusterOpt = Annotated[
@@ -290,9 +299,9 @@ def build_cluster(
     if given and (cluster_file is not None or nodes_file is not None):
         what = "--cluster" if cluster_file is not None else "--nodes-file"
         fail(f"{', '.join(given)}: not used with {what}, which lists the nodes itself")
-    nodes = 64 if nodes is None else nodes
-    gpus_per_node = 8 if gpus_per_node is None else gpus_per_node
-    nodes_per_rack = 8 if nodes_per_rack is None else nodes_per_rack
+    nodes = DEFAULT_NODES if nodes is None else nodes
+    gpus_per_node = DEFAULT_GPUS_PER_NODE if gpus_per_node is None else gpus_per_node
+    nodes_per_rack = DEFAULT_NODES_PER_RACK if nodes_per_rack is None else nodes_per_rack
     try:
         if cluster_file is not None:
             if not cluster_file.is_file():
@@ -966,9 +975,8 @@ def sweep(
             fail(f"dask: {e}")
     wall = time.perf_counter() - t0
     summary = summarise(results, SWEEP_METRICS)
-    from headway.sim.run import prepare
-
-    _, _, excluded, counts, _, _ = prepare(jobs, spec, include_cpu=include_cpu)  # the same in every cell
+    excluded = list(results[0].excluded) if results else []  # the same in every cell
+    counts = dict(results[0].excluded_counts) if results else {}
     if as_json:
         print_json(
             {

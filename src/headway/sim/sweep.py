@@ -37,6 +37,8 @@ class Cell:
 class CellResult:
     cell: Cell
     metrics: dict[str, MetricValue]
+    excluded: tuple[str, ...] = ()  # jobs left out of the replay, and why (the same in every cell)
+    excluded_counts: tuple[tuple[str, int], ...] = ()
 
 
 def grid(policies: Sequence[str], loads: Sequence[float | None], seeds: Sequence[int]) -> list[Cell]:
@@ -75,7 +77,7 @@ def run_cell(
         include_cpu=include_cpu,
         **extra,
     )
-    return CellResult(cell, compute(res))
+    return CellResult(cell, compute(res), tuple(res.excluded), tuple(res.excluded_counts.items()))
 
 
 def run_grid(
