@@ -15,6 +15,15 @@ out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
 
 
+def print_skipped(label: str, shown: list[str], total: int) -> None:
+    """A reader's bad rows on stderr, as `ingest`, `simulate` and `sweep` show them: the first few,
+    then how many more."""
+    for b in shown:
+        err.print(f"[yellow]skipped[/] {escape(b)}", markup=True, highlight=False)
+    if total > len(shown):
+        err.print(f"... and {total - len(shown):,} more bad rows in {escape(label)}")
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print one line (no traceback) to stderr and exit."""
     err.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from headway.console import err, fail, out, print_json
+from headway.console import err, fail, out, print_json, print_skipped
 from headway.traces.base import BadInputError, ReadOptions, ReadResult
 from headway.traces.compressed import plain_file, relabel
 from headway.traces.registry import FORMATS, get_reader, sniff
@@ -258,8 +258,5 @@ def _ingest_all(
             }
         )
         if not as_json:
-            for b in res.bad_rows[:show_bad]:
-                err.print(f"[yellow]skipped[/] {escape(str(b))}", markup=True, highlight=False)
-            if res.bad_row_count > show_bad:
-                err.print(f"... and {res.bad_row_count - show_bad} more bad rows in {escape(str(path))}")
+            print_skipped(str(path), [str(b) for b in res.bad_rows[:show_bad]], res.bad_row_count)
     return summary

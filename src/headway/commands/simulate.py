@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from headway.console import err, fail, out, print_json
+from headway.console import err, fail, out, print_json, print_skipped
 from headway.traces.base import BadInputError
 
 if TYPE_CHECKING:
@@ -200,11 +200,7 @@ class TraceInfo:
 
     def report(self) -> None:
         """What the reader skipped or wants known, on stderr (as `headway ingest` shows it)."""
-        for b in self.bad_row_examples:
-            err.print(f"[yellow]skipped[/] {escape(b)}", markup=True, highlight=False)
-        if self.bad_rows > len(self.bad_row_examples):
-            more = self.bad_rows - len(self.bad_row_examples)
-            err.print(f"... and {more:,} more bad rows in {escape(self.label)}")
+        print_skipped(self.label, list(self.bad_row_examples), self.bad_rows)
         for n in self.notes:
             err.print(f"note ({escape(self.label)}): {escape(n)}", highlight=False)
 
