@@ -172,3 +172,20 @@ def test_squeue_json_is_named_as_the_queue_not_read_as_accounting(tmp_path: Path
 def test_real_squeue_json_is_refused_with_the_command_to_use(shared_traces: Path) -> None:
     with pytest.raises(BadInputError, match=r"sacct -a -X --json"):
         READER.read(shared_traces / "slurm-22.05" / "squeue_pending.json", ReadOptions())
+
+
+def test_an_arrays_tasks_that_never_started_get_the_id_sacct_p_prints(tmp_path: Path) -> None:
+    """Tasks of an array cancelled before they started are one record: `sacct -P` names it `22_[3,7]`
+    (`35_[1-3%1]` with a throttle), and Slurm 22.05's JSON gives the same tasks as a hex bitmap (as a
+    live cluster printed them: `0x88`, `0xE` with limits.max.running.tasks 1)."""
+    doc = json.loads(SAMPLE.read_text())
+    by_id = {j["job_id"]: j for j in doc["jobs"]}
+    limits = {"max": {"running": {"tasks": 0}}}
+    by_id[22]["array"] = {"job_id": 22, "limits": limits, "task": "0x88", "task_id": None}
+    throttled = {"max": {"running": {"tasks": 1}}}
+    by_id[21]["array"] = {"job_id": 21, "limits": throttled, "task": "0xE", "task_id": None}
+    by_id[4]["array"] = {"job_id": 4, "limits": limits, "task": "0x3F0", "task_id": None}
+    by_id[23]["array"] = {"job_id": 20, "limits": limits, "task": None, "task_id": 5}
+    p = tmp_path / "arrays.json"
+    p.write_text(json.dumps(doc))
+    assert set(_by_id(p)) == {"22_[3,7]", "21_[1-3%1]", "4_[4-9]", "20_5"}

@@ -15,6 +15,8 @@ import pytest
 from headway.predict.api import EndedJob, Predictions, SubmittedJob
 from headway.slurm.queue import (
     ParseError,
+    array_has_task,
+    array_task_count,
     parse_duration,
     parse_sinfo,
     parse_site_factors,
@@ -24,7 +26,7 @@ from headway.slurm.queue import (
 )
 from headway.slurm.runner import Runner, SlurmDenied, SlurmDown, SlurmMissing, classify
 from headway.slurm.sitefactor import Change, FactorRange, apply_changes, map_ranks, plan_changes
-from headway.slurm.sync import PassReport, SlurmSync, SyncOptions, run_loop
+from headway.slurm.sync import PassReport, Plan, SlurmSync, SyncOptions, run_loop
 
 SLURM = "slurm-22.05"
 
@@ -107,6 +109,51 @@ def test_squeue_text_fallback_parses_the_O_format() -> None:
     assert jobs[1].gpus == 8 and jobs[1].time_limit == 26 * 3600 and jobs[1].priority == 10007
     with pytest.raises(ParseError, match="line 1"):
         parse_squeue_text("1|PENDING|bob\n")
+
+
+def test_pending_array_tasks_are_one_record_named_as_slurm_names_them() -> None:
+    """squeue --json of Slurm 22.05 with array 19 (tasks 0-3 started, 4-9 pending), as a live cluster
+    printed it: the pending tasks are one record under the array's id, a started task has its own id."""
+    base = {"user_name": "alice", "submit_time": 1_700_000_000, "node_count": 1, "time_limit": 10}
+    base |= {"tres_req_str": "cpu=1,node=1,billing=1,gres/gpu=1", "partition": "gpu", "qos": "normal"}
+    doc = {
+        "jobs": [
+            base | {"job_id": 19, "job_state": "PENDING", "array_job_id": 19, "array_task_id": None,
+                    "array_task_string": "4-9", "state_reason": "Resources"},
+            base | {"job_id": 23, "job_state": "RUNNING", "array_job_id": 19, "array_task_id": 0,
+                    "array_task_string": "", "start_time": 1_700_000_100},
+            base | {"job_id": 20, "job_state": "PENDING", "array_job_id": 0, "array_task_id": None,
+                    "array_task_string": ""},
+        ]
+    }  # fmt: skip
+    arr, task, plain = parse_squeue_json(json.dumps(doc))
+    assert (arr.job_id, arr.display_id, arr.tasks, arr.gpus) == ("19", "19_[4-9]", 6, 1.0)
+    assert (task.job_id, task.display_id, task.tasks) == ("23", "19_0", 1)
+    assert (plain.display_id, plain.slurm_id, plain.tasks) == ("20", None, 1)
+    # The text fallback's JobArrayID column, as `squeue -O` printed it on the same cluster.
+    row = "|PENDING|alice|(null)|sweep|gpu|normal|2026-11-29T15:19:38|N/A|10:00|1|gres:gpu:1|N/A|10000|"
+    row += "Resources|"
+    arr_t, task_t, plain_t = parse_squeue_text(
+        f"19{row}19_[4-9%2]|\n" + f"23{row.replace('PENDING', 'RUNNING')}19_0|\n" + f"20{row}20|\n"
+    )
+    assert (arr_t.job_id, arr_t.display_id, arr_t.tasks) == ("19", "19_[4-9%2]", 6)
+    assert (task_t.job_id, task_t.display_id, task_t.tasks) == ("23", "19_0", 1)
+    assert (plain_t.display_id, plain_t.tasks) == ("20", 1)
+
+
+def test_array_task_lists_count_and_contain_what_slurm_means() -> None:
+    assert [array_task_count(s) for s in ("4-9", "1-3,7", "0-99:2%10", "[4-9%2]", "5", "odd")] == [
+        6, 4, 50, 6, 1, 1,
+    ]  # fmt: skip
+    assert array_has_task("1-3,7", 7) and not array_has_task("1-3,7", 4)
+    assert array_has_task("0-99:2", 98) and not array_has_task("0-99:2%10", 3)
+
+
+def test_a_task_id_or_the_array_id_finds_the_arrays_pending_record() -> None:
+    plan = Plan(0.0, "squeue --json", 2, 0, 0, 0, [], [], [], arrays={"19": "19_[4-9]", "22": "22_[1-3,7]"})
+    assert plan.resolve("19") == "19_[4-9]" and plan.resolve("19_5") == "19_[4-9]"
+    assert plan.resolve("22_7") == "22_[1-3,7]" and plan.resolve("22_4") == "22_4"  # 4 is not pending
+    assert plan.resolve("19_0") == "19_0" and plan.resolve("20") == "20"
 
 
 def test_sinfo_and_site_factor_parsers() -> None:

@@ -313,6 +313,67 @@ def test_ingest_and_audit_report_the_clusters_real_outcomes(
     assert counts.get("TIMEOUT", 0) == 1 and counts.get("CANCELLED", 0) >= 1
 
 
+def test_a_pending_array_is_ranked_once_under_slurms_name_and_its_tasks_take_the_written_factor(
+    cluster: TestCluster, history: dict[str, Any]
+) -> None:
+    """An array's pending tasks are one squeue record sharing one priority: headway ranks it once, shows
+    it as Slurm does (`N_[0-2]`, 3 tasks), finds it from a task id, and `scontrol update JobId=N` gives
+    every pending task the factor. A throttled array's held tasks are left alone, and the record of its
+    tasks cancelled before they started is ingested under sacct's name from `-P` and from `--json`."""
+    c = cluster
+    db = history["db"]
+    # One GPU taken on each 4-GPU node: a task asking for 4 GPUs on each of the 4 nodes cannot start.
+    blockers = [
+        c.sbatch("root", "-J", "blocker", "-w", n, "--gres=gpu:1", script="sleep 60") for n in ("n3", "n4")
+    ]
+    wait_for("blockers running", lambda: all(c.squeue_states().get(b) == "RUNNING" for b in blockers), 30)
+    gang = ("--nodes=4", "--ntasks-per-node=1", "--gres=gpu:4")
+    arr = c.sbatch("alice", "-J", "sweep", "--array=0-2", *gang, script="sleep 1")
+    single = c.sbatch("bob", "-J", "train", *gang, script="sleep 1")
+    throttled = c.sbatch("carol", "-J", "thr", "--array=0-3%1", "--gres=gpu:1", "-w", "n1", script="sleep 60")
+    wait_for("throttled task 0 running", lambda: c.squeue_states().get(f"{throttled}_0") == "RUNNING", 30)
+
+    res = headway(c, "slurm", "sync", "--once", "--apply", "--json", "--db", db)
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    rows = {j["job_id"]: j for j in report["jobs"]}
+    assert rows[arr]["slurm_id"] == f"{arr}_[0-2]" and rows[arr]["tasks"] == 3 and rows[arr]["gpus"] == 16
+    assert rows[single]["slurm_id"] == single and rows[single]["tasks"] == 1
+    assert report["skipped_waiting"].get(f"{throttled}_[1-3%1]") == "JobArrayTaskLimit"
+    assert report["failed"] == {}
+    assert site_factors(c)[arr] == rows[arr]["site_factor_planned"]  # one sprio line for the array
+    for name in (f"{arr}_1", f"{arr}_[0-2]", arr):
+        why = headway(c, "slurm", "why", name, "--json", "--db", db)
+        assert why.returncode == 0, why.stderr
+        w = json.loads(why.stdout)
+        assert w["slurm_id"] == f"{arr}_[0-2]" and w["tasks"] == 3 and w["job_id"] == arr
+    held = headway(c, "slurm", "why", f"{throttled}_2", "--db", db)
+    assert held.returncode == 1 and "JobArrayTaskLimit" in held.stderr, held.stderr
+
+    c._run(["scancel", throttled, single, arr, *blockers])
+    wait_for(
+        "the throttled array's pending record in sacct",
+        lambda: (
+            f"{throttled}_[1-3%1]"
+            in c._run(["sacct", "-X", "-P", "-n", "-o", "JobID", "-j", throttled]).stdout
+        ),
+        30,
+    )
+    out = c._run(["sacct", "-a", "-X", "--json", "-j", throttled], timeout=60)
+    assert out.returncode == 0, out.stderr
+    path = c.dir / "sacct_array.json"
+    path.write_text(out.stdout)
+    adb = str(c.dir / "arrays.duckdb")
+    ing = headway(c, "ingest", str(path), "--db", adb, "--json")
+    assert ing.returncode == 0, ing.stderr
+    con = duckdb.connect(adb, read_only=True)
+    try:
+        ids = {r[0] for r in con.execute("SELECT job_id FROM jobs").fetchall()}
+    finally:
+        con.close()
+    assert ids == {f"{throttled}_0", f"{throttled}_[1-3%1]"}
+
+
 def test_sacct_json_ingests_to_the_same_jobs_as_sacct_p(
     cluster: TestCluster, history: dict[str, Any]
 ) -> None:

@@ -74,10 +74,10 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool) -> None:
             continue
         t.add_row(
             str(r.rank),
-            r.job_id,
+            r.display_id,
             r.user or "-",
             r.name or "-",
-            f"{r.gpus:g}",
+            f"{r.gpus:g}" + (f" x{r.tasks}" if r.tasks > 1 else ""),
             r.tier.split(" ")[0],
             f"{r.score:.4g}",
             "?" if r.current is None else str(r.current),
@@ -191,7 +191,9 @@ class _null:
 
 @app.command("why")
 def why(
-    job_id: Annotated[str, typer.Argument(help="A pending Slurm job id.")],
+    job_id: Annotated[
+        str, typer.Argument(help="A pending Slurm job id; for an array, 19, 19_5 or 19_[4-9].")
+    ],
     db: DbOpt = None,
     factor_range: Annotated[
         str, typer.Option("--range", help="SiteFactor range LO:HI, as for sync.")
@@ -223,17 +225,17 @@ def why(
             runner, SyncOptions(rng=rng, apply=False, db=db, source=source, since=since, policy=policy)
         )
         plan = syncer.plan()
-        res = runner.run("sprio", ["-l", "-j", job_id], check=False)
     except SlurmError as e:
         fail(str(e))
-    row = next((r for r in plan.rows if r.job_id == job_id), None)
+    row = plan.row(job_id)
     if row is None:
-        if job_id in plan.skipped_cpu_only:
-            fail(f"job {job_id} asks for no GPUs; headway leaves its SiteFactor alone")
-        if job_id in plan.skipped_waiting:
+        name = plan.resolve(job_id)
+        if name in plan.skipped_cpu_only:
+            fail(f"job {name} asks for no GPUs; headway leaves its SiteFactor alone")
+        if name in plan.skipped_waiting:
             fail(
-                f"job {job_id} cannot start whatever its priority (Slurm's reason: "
-                f"{plan.skipped_waiting[job_id]}); headway ranks only jobs that can"
+                f"job {name} cannot start whatever its priority (Slurm's reason: "
+                f"{plan.skipped_waiting[name]}); headway ranks only jobs that can"
             )
         try:
             state = runner.run("squeue", ["-h", "-j", job_id, "-o", "%T"], check=False).stdout.strip()
@@ -241,13 +243,21 @@ def why(
             state = ""
         if not state:
             fail(f"job {job_id} is not in Slurm's queue: it ended (`sacct -j {job_id}`) or never existed")
-        fail(f"job {job_id} is {state.splitlines()[0]}: headway ranks only pending jobs")
+        state = state.splitlines()[0]
+        if state == "PENDING":  # submitted after the queue was read
+            fail(f"job {job_id} was not in the queue headway read a moment ago; ask again")
+        fail(f"job {job_id} is {state}: headway ranks only pending jobs")
     try:
-        sprio = parse_sprio_long(res.stdout).get(job_id) if res.returncode == 0 else None
+        res = runner.run("sprio", ["-l", "-j", row.job_id], check=False)
+        sprio = parse_sprio_long(res.stdout).get(row.job_id) if res.returncode == 0 else None
+    except SlurmError as e:
+        fail(str(e))
     except ParseError:
         sprio = None  # shown as "sprio has no line for this job", with what sprio said
     data = {
-        "job_id": job_id,
+        "job_id": row.job_id,
+        "slurm_id": row.display_id,
+        "tasks": row.tasks,
         "headway": {
             "rank": row.rank,
             "of": len(plan.rows),
@@ -263,7 +273,10 @@ def why(
     if as_json:
         print_json(data)
         return
-    out.print(f"[bold]job {job_id}[/] ({row.user or '-'}, {row.name or '-'}, {row.gpus:g} GPUs)")
+    tasks = f", {row.tasks} pending tasks ranked as one: they share one priority" if row.tasks > 1 else ""
+    out.print(
+        f"[bold]job {row.display_id}[/] ({row.user or '-'}, {row.name or '-'}, {row.gpus:g} GPUs{tasks})"
+    )
     t = Table(title="headway", show_header=False)
     t.add_row("rank", f"{row.rank} of {len(plan.rows)} pending GPU jobs ({row.tier})")
     t.add_row("score", f"{row.score:.4g}")

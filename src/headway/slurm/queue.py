@@ -38,6 +38,14 @@ class QueueJob:
     time_limit: float | None  # seconds; None when unlimited
     priority: int | None
     reason: str | None = None  # Slurm's pending reason (Priority, Resources, JobHeldUser, Dependency, ...)
+    # Slurm's own name for the job where it differs from job_id: `19_[4-9]` for the pending tasks of array
+    # 19 (one record, one priority: `scontrol update JobId=19` sets them all), `19_0` for a started task.
+    slurm_id: str | None = None
+    tasks: int = 1  # pending tasks this record stands for (an array's), each asking for `gpus`
+
+    @property
+    def display_id(self) -> str:
+        return self.slurm_id or self.job_id
 
     @property
     def cannot_start(self) -> bool:
@@ -45,8 +53,16 @@ class QueueJob:
         return (self.reason or "").startswith(CANNOT_START_REASONS)
 
 
-# Pending reasons of jobs that cannot start whatever their priority (sprio does not even list them).
-CANNOT_START_REASONS = ("JobHeld", "Dependency", "BeginTime", "PartitionDown", "PartitionInactive")
+# Pending reasons of jobs that cannot start whatever their priority (sprio does not even list most of
+# them); JobArrayTaskLimit: an array's throttle (`--array=0-9%2`) holds its tasks until a sibling ends.
+CANNOT_START_REASONS = (
+    "JobHeld",
+    "Dependency",
+    "BeginTime",
+    "PartitionDown",
+    "PartitionInactive",
+    "JobArrayTaskLimit",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +101,55 @@ def gpus_from_tres(req: str | None, per_node: str | None, per_job: str | None, n
     if per_node and per_node not in ("N/A", "(null)"):
         return float(sum(int(m) for m in _GRES_SPEC.findall(per_node)) * max(nodes, 1))
     return 0.0
+
+
+_TASK_RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
+
+
+def _task_ranges(spec: str) -> list[tuple[int, int, int]] | None:
+    """Slurm's task list (`4-9`, `1-3,7`, `0-99:2%10`; `%` throttles) as (first, last, step) ranges;
+    None for a form this reader does not know."""
+    out = []
+    for part in spec.split("%", 1)[0].strip().strip("[]").split(","):
+        m = _TASK_RANGE.match(part.strip())
+        if m is None:
+            return None
+        lo, hi, step = int(m.group(1)), int(m.group(2) or m.group(1)), int(m.group(3) or 1)
+        out.append((lo, hi, max(step, 1)))
+    return out
+
+
+def array_task_count(spec: str) -> int:
+    """How many tasks a task list names: `4-9` 6, `1-3,7` 4, `0-99:2%10` 50 (1 for an unknown form)."""
+    ranges = _task_ranges(spec)
+    if ranges is None:
+        return 1  # counted once, as a job that is not an array
+    return max(sum((hi - lo) // step + 1 for lo, hi, step in ranges if hi >= lo), 1)
+
+
+def array_has_task(spec: str, task: int) -> bool:
+    """Whether Slurm's task list names `task`."""
+    return any(lo <= task <= hi and (task - lo) % step == 0 for lo, hi, step in _task_ranges(spec) or [])
+
+
+def _array_name(array_job: object, task_id: object, task_list: object) -> tuple[str | None, int]:
+    """(slurm_id, tasks) from squeue --json's array fields (array_job_id 0 or absent: not an array)."""
+    base, task, spec = unwrap(array_job), unwrap(task_id), _none(unwrap(task_list))
+    if not isinstance(base, int) or isinstance(base, bool) or base <= 0:
+        return None, 1
+    if isinstance(task, int) and not isinstance(task, bool):
+        return f"{base}_{task}", 1
+    if spec:
+        return f"{base}_[{spec}]", array_task_count(spec)
+    return None, 1
+
+
+def _text_array_name(job_id: str, array_id: str | None) -> tuple[str | None, int]:
+    """(slurm_id, tasks) from `squeue -O JobArrayID` (`19_[4-9]`, `19_0`, or the job id itself)."""
+    if not array_id or array_id == job_id or "_" not in array_id:
+        return None, 1
+    tail = array_id.split("_", 1)[1]
+    return array_id, array_task_count(tail) if tail.startswith("[") else 1
 
 
 def _none(v: object) -> str | None:
@@ -149,6 +214,9 @@ def parse_squeue_json(text: str) -> list[QueueJob]:
             raise ParseError(f"squeue --json: job record {i}: bad or missing field {e}") from None
         start = _epoch(j.get("start_time")) if state == "RUNNING" else None
         prio = unwrap(j.get("priority"))
+        slurm_id, tasks = _array_name(
+            j.get("array_job_id"), j.get("array_task_id"), j.get("array_task_string")
+        )
         out.append(
             QueueJob(
                 job_id=job_id,
@@ -170,6 +238,8 @@ def parse_squeue_json(text: str) -> list[QueueJob]:
                 time_limit=_minutes(j.get("time_limit")),
                 priority=int(prio) if isinstance(prio, int | float) else None,
                 reason=_none(j.get("state_reason")),
+                slurm_id=slurm_id,
+                tasks=tasks,
             )
         )
     return out
@@ -191,8 +261,10 @@ SQUEUE_FIELDS: tuple[str, ...] = (
     "tres-per-node",
     "tres-per-job",
     "PriorityLong",
-    "Reason",  # last: output without it (an older headway's fields) still reads
+    "Reason",
+    "JobArrayID",  # after the fields an older headway asked for, so that output still reads
 )
+_OLDEST_FIELDS = SQUEUE_FIELDS.index("PriorityLong") + 1
 
 
 def squeue_text_args() -> list[str]:
@@ -230,7 +302,7 @@ def parse_squeue_text(text: str) -> list[QueueJob]:
         if not line.strip():
             continue
         cells = line.split("|")
-        if len(cells) < len(SQUEUE_FIELDS) - 1:
+        if len(cells) < _OLDEST_FIELDS:
             raise ParseError(f"squeue -O: line {lineno}: {len(cells)} fields, expected {len(SQUEUE_FIELDS)}")
         c = dict(zip(SQUEUE_FIELDS, (x.strip() for x in cells), strict=False))
         if c["State"] not in _STATES:
@@ -238,6 +310,7 @@ def parse_squeue_text(text: str) -> list[QueueJob]:
         try:
             nodes = int(c["NumNodes"] or 1)
             prio = _none(c["PriorityLong"])
+            slurm_id, tasks = _text_array_name(c["JobID"], _none(c.get("JobArrayID", "")))
             out.append(
                 QueueJob(
                     job_id=c["JobID"],
@@ -254,6 +327,8 @@ def parse_squeue_text(text: str) -> list[QueueJob]:
                     time_limit=parse_duration(c["TimeLimit"]),
                     priority=int(prio) if prio is not None else None,
                     reason=_none(c.get("Reason", "")),
+                    slurm_id=slurm_id,
+                    tasks=tasks,
                 )
             )
         except ValueError as e:

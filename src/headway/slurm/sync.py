@@ -22,7 +22,15 @@ import numpy as np
 from headway.policy.snapshot import FULL_SHARE, ClusterView, PendingJobs, Ranking, RunningJobs, Snapshot
 from headway.predict.api import EndedJob, OnlinePredictor, Predictions, SubmittedJob
 from headway.schema import OUTCOME_OF, JobRecord, Outcome
-from headway.slurm.queue import SINFO_ARGS, NodeGpus, QueueJob, parse_sinfo, read_queue, read_site_factors
+from headway.slurm.queue import (
+    SINFO_ARGS,
+    NodeGpus,
+    QueueJob,
+    array_has_task,
+    parse_sinfo,
+    read_queue,
+    read_site_factors,
+)
 from headway.slurm.runner import Runner, SlurmDenied, SlurmDown, SlurmError, SlurmMissing
 from headway.slurm.sitefactor import ApplyReport, Change, FactorRange, apply_changes, map_ranks, plan_changes
 
@@ -58,6 +66,14 @@ class PlanRow:
     reason: str
     current: int | None  # SiteFactor in Slurm now (None: unknown)
     target: int
+    # Slurm's name (`19_[4-9]`: the pending tasks of array 19, ranked as one job since they share one
+    # priority) and the pending tasks it stands for, each asking for `gpus`.
+    slurm_id: str = ""
+    tasks: int = 1
+
+    @property
+    def display_id(self) -> str:
+        return self.slurm_id or self.job_id
 
 
 @dataclass(slots=True)
@@ -74,6 +90,23 @@ class Plan:
     # Pending jobs that cannot start whatever their priority (held, waiting on a dependency or a begin
     # time): job id -> Slurm's reason. Not ranked, not written (sprio does not even list them).
     skipped_waiting: dict[str, str] = field(default_factory=dict)
+    # Pending array records: job id -> Slurm's name (`19` -> `19_[4-9]`), so a task id finds its record.
+    arrays: dict[str, str] = field(default_factory=dict)
+
+    def resolve(self, job: str) -> str:
+        """The name this plan knows a job by: `19` and `19_5` are `19_[4-9]` while task 5 is pending."""
+        if job in self.arrays:
+            return self.arrays[job]
+        base, _, task = job.partition("_")
+        if task.isdigit():
+            for name in self.arrays.values():
+                if name.startswith(f"{base}_[") and array_has_task(name[len(base) + 1 :], int(task)):
+                    return name
+        return job
+
+    def row(self, job: str) -> PlanRow | None:
+        name = self.resolve(job)
+        return next((r for r in self.rows if r.display_id == name), None)
 
 
 @dataclass(slots=True)
@@ -103,6 +136,8 @@ class PassReport:
             "jobs": [
                 {
                     "job_id": r.job_id,
+                    "slurm_id": r.display_id,
+                    "tasks": r.tasks,
                     "user": r.user,
                     "name": r.name,
                     "gpus": r.gpus,
@@ -423,8 +458,8 @@ class SlurmSync:
         )
         running = [j for j in jobs if j.state == "RUNNING"]
         pending = [j for j in pending_all if j.gpus > 0 and not j.cannot_start]
-        skipped = [j.job_id for j in pending_all if j.gpus <= 0]
-        waiting = {j.job_id: j.reason or "" for j in pending_all if j.gpus > 0 and j.cannot_start}
+        skipped = [j.display_id for j in pending_all if j.gpus <= 0]
+        waiting = {j.display_id: j.reason or "" for j in pending_all if j.gpus > 0 and j.cannot_start}
         self.seq += 1
         rows: list[PlanRow] = []
         if pending:
@@ -452,6 +487,8 @@ class SlurmSync:
                         reason=ranking.reason(p),
                         current=current.get(j.job_id),
                         target=target[j.job_id],
+                        slurm_id=j.display_id,
+                        tasks=j.tasks,
                     )
                 )
         changes = plan_changes(
@@ -468,6 +505,7 @@ class SlurmSync:
             skipped_cpu_only=skipped,
             changes=changes,
             skipped_waiting=waiting,
+            arrays={j.job_id: j.display_id for j in pending_all if j.tasks > 1 or "[" in j.display_id},
         )
 
     def run_pass(self) -> PassReport:

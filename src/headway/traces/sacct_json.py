@@ -9,6 +9,7 @@ Times are epoch seconds, so no time zone is needed. Job steps live inside each j
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
@@ -151,7 +152,43 @@ def _job_id(job: Mapping[str, Any]) -> str:
             index = _number(obj.get(key), f"{part}.{key}")
             if parent and index is not None:
                 return f"{int(parent)}{sep}{int(index)}"
+            if part == "array" and parent and (tasks := _task_list(obj)) is not None:
+                return f"{int(parent)}_[{tasks}]"  # tasks that never started, as one record
     return str(int(jid))
+
+
+def _task_list(array: Mapping[str, Any]) -> str | None:
+    """The task list of an array's record for its tasks that never started, as `sacct -P` prints it
+    (`3,7`, `1-3%1`). Slurm 22.05's JSON gives the tasks as a hex bitmap (`0x88`), and the throttle
+    (`%1`) under limits.max.running.tasks; a later text form is kept as it is."""
+    task = unwrap(array.get("task"))
+    if not isinstance(task, str) or not task.strip():
+        return None
+    task = task.strip()
+    if task.lower().startswith("0x"):
+        try:
+            bits = int(task, 16)
+        except ValueError:
+            return None
+        ids = [i for i in range(bits.bit_length()) if bits >> i & 1]
+        if not ids:
+            return None
+        runs: list[str] = []
+        lo = prev = ids[0]
+        for i in [*ids[1:], -1]:
+            if i == prev + 1:
+                prev = i
+                continue
+            runs.append(str(lo) if lo == prev else f"{lo}-{prev}")
+            lo = prev = i
+        task = ",".join(runs)
+    limits = array.get("limits")
+    throttle = None
+    with contextlib.suppress(AttributeError, TypeError):
+        throttle = unwrap(limits["max"]["running"]["tasks"])  # type: ignore[index]
+    if isinstance(throttle, int) and not isinstance(throttle, bool) and throttle > 0 and "%" not in task:
+        task += f"%{throttle}"
+    return task
 
 
 def _row(job: object, state_map: Mapping[str, State], unknown: dict[str, int]) -> dict[str, Any]:
