@@ -58,7 +58,8 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool) -> None:
     )
     right = ("rank", "GPUs", "score", "site now", "site new")
     for col in ("rank", "job", "user", "name", "GPUs", "tier", "score", "site now", "site new", "status"):
-        t.add_column(col, justify="right" if col in right else "left")
+        # the id whole, as Slurm prints it (`19_[4-9]`): a narrow terminal squeezes the other columns
+        t.add_column(col, justify="right" if col in right else "left", no_wrap=col == "job")
     applied = {c.job_id for c in report.applied}
     changed = {c.job_id for c in plan.changes}
     for r in plan.rows:
