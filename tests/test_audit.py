@@ -351,3 +351,18 @@ def test_write_html_replaces_the_file_whole(tmp_path: Path) -> None:
     text = out.read_text()
     assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".headway-")]
+
+
+def test_comparing_periods_that_overlap_says_which_jobs_count_twice(tmp_path: Path) -> None:
+    day = 24 * HOUR
+    db = store_with(tmp_path, [job(str(i), State.COMPLETED, submit=T0 + i * day) for i in range(10)])
+    start = T0.date()
+    a = f"{start + dt.timedelta(days=5)}..{start + dt.timedelta(days=9)}"
+    b = f"{start}..{start + dt.timedelta(days=5)}"  # a bare end date includes its whole day: day 5 too
+    res = CliRunner().invoke(app, ["audit", "--db", str(db), "--json", "--period", a, "--vs", b])
+    assert res.exit_code == 0, res.output
+    notes = json.loads(res.stdout)["notes"]
+    assert any("the two periods overlap" in n for n in notes), notes
+    b = f"{start}..{start + dt.timedelta(days=4)}"
+    res = CliRunner().invoke(app, ["audit", "--db", str(db), "--json", "--period", a, "--vs", b])
+    assert not any("overlap" in n for n in json.loads(res.stdout)["notes"])

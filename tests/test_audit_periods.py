@@ -57,3 +57,14 @@ def test_window_serialises_to_iso_strings() -> None:
     w = parse_window("2026-03-01", "2026-03-07", anchor=None)
     assert w.to_json() == {"since": "2026-03-01T00:00:00+00:00", "until": "2026-03-08T00:00:00+00:00"}
     assert w.label() == "2026-03-01 .. 2026-03-08"
+
+
+def test_periods_that_share_time_report_the_shared_window() -> None:
+    nov = parse_period("2026-11-01..2026-12-01", anchor=None)
+    octo = parse_period("2026-10-01..2026-11-01", anchor=None)  # its end includes all of Nov 1
+    assert nov.overlap(octo) == Window(
+        dt.datetime(2026, 11, 1, tzinfo=dt.UTC), dt.datetime(2026, 11, 2, tzinfo=dt.UTC)
+    )
+    assert nov.overlap(parse_period("2026-10-01..2026-10-31", anchor=None)) is None
+    assert nov.overlap(parse_period("..", anchor=None)) == nov  # an open period holds the other
+    assert parse_period("-7d..", anchor=ANCHOR).overlap(parse_period("-14d..-7d", anchor=ANCHOR)) is None

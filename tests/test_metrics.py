@@ -206,3 +206,16 @@ def test_span_runs_from_first_arrival_to_last_end() -> None:
     jt = JobTimes.of(make_jobs(JOBS))
     assert span(jt) == (0.0, 150.0)
     assert not math.isnan(jt.bounded_slowdown[0])
+
+
+def test_a_job_of_unknown_outcome_counts_in_neither_side_of_the_completion_rate() -> None:
+    """As in the audit: Alibaba's UNKNOWN pods (deleted while running) replay, but whether they would
+    have finished is not known."""
+    unknown = dict(
+        job_id="u", user="u1", gpus=2.0, submit=0.0, start=0.0, end=36.0, runtime=36.0, state="UNKNOWN"
+    )
+    cancelled = {**unknown, "job_id": "c", "state": "CANCELLED"}
+    with_unknown = compute(result([*JOBS, cancelled, unknown]))
+    assert with_unknown["completion_rate"] == pytest.approx(1 / 3)
+    assert with_unknown["completion_rate"] == compute(result([*JOBS, cancelled]))["completion_rate"]
+    assert with_unknown["jobs"] == 4  # replayed all the same

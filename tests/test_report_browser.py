@@ -43,7 +43,7 @@ def _philly_sample(request: pytest.FixtureRequest) -> Path:
         return shared / "philly-dre" / "philly_jobs.json"
 
 
-def _dump_dom(exe: str, page: Path, profile: Path) -> str:
+def _dump_dom(exe: str, page: Path, profile: Path, width: int = 1400) -> str:
     cmd = [
         exe,
         "--headless",
@@ -56,6 +56,7 @@ def _dump_dom(exe: str, page: Path, profile: Path) -> str:
         "--disable-sync",
         f"--user-data-dir={profile}",
         "--virtual-time-budget=10000",
+        f"--window-size={width},3000",
         "--dump-dom",
         page.resolve().as_uri(),
     ]
@@ -105,3 +106,64 @@ def test_every_chart_of_the_html_report_draws_in_headless_chromium(
         report["by_state"]
     )
     assert len(re.findall(r'class="js-line" d="M[-\d.,]+L', sections["chart-early"])) == 2
+
+
+def test_the_simulate_reports_charts_fit_their_cells_side_by_side(tmp_path: Path) -> None:
+    """Two charts a row at 1,400 px: each is drawn at its cell's width (a chart drawn before the other
+    cells existed took the whole page and was cut off, its time-to-success curve with it)."""
+    import subprocess
+    import sys
+
+    exe = _chromium()
+    trace = tmp_path / "t.parquet"
+    for argv in (
+        ["synth", "-n", "150", "--out", str(trace), "--seed", "2"],
+        [
+            "simulate",
+            str(trace),
+            "--nodes",
+            "4",
+            "--policy",
+            "fifo,impact",
+            "--html",
+            str(tmp_path / "s.html"),
+        ],
+    ):
+        res = subprocess.run([sys.executable, "-m", "headway.cli", *argv], capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+    dom = _dump_dom(exe, tmp_path / "s.html", tmp_path / "profile", width=1400)
+    widths = [float(w) for w in re.findall(r'<svg class="main-svg"[^>]*? width="([\d.]+)"', dom)]
+    assert len(widths) >= 6, "the six charts did not draw"
+    assert max(widths) <= 700, f"charts wider than half the page: {widths}"
+
+
+def test_names_in_chart_labels_are_text_not_markup(tmp_path: Path) -> None:
+    """A user or job name is anyone's to choose on a cluster: `<a href=...>` in one must not become a
+    link (or a line break, or bold) in the admin's report."""
+    import csv
+    import subprocess
+    import sys
+
+    exe = _chromium()
+    names = ['<a href="https://example.com/x">alice</a>', "bob<br>carol", "<b>dave</b>", "a&b"]
+    with (tmp_path / "jobs.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "owner", "state", "gpus", "submit", "start", "end"])
+        for i, u in enumerate(names):
+            w.writerow([i, u, "FAILED", 8 - i, 1_700_000_000, 1_700_000_060, 1_700_000_060 + 3600 * (5 - i)])
+    (tmp_path / "map.toml").write_text(
+        '[format]\ntime_format = "epoch"\n[fields]\njob_id = "id"\nuser = "owner"\nstate = "state"\n'
+        'submit_time = "submit"\nstart_time = "start"\nend_time = "end"\ngpus = "gpus"\n'
+    )
+    db, page = tmp_path / "j.duckdb", tmp_path / "r.html"
+    for argv in (
+        ["ingest", str(tmp_path / "jobs.csv"), "--mapping", str(tmp_path / "map.toml"), "--db", str(db)],
+        ["audit", "--db", str(db), "--html", str(page)],
+    ):
+        res = subprocess.run([sys.executable, "-m", "headway.cli", *argv], capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+    chart = _sections(_dump_dom(exe, page, tmp_path / "profile"))["chart-top"]
+    labels = re.findall(r'class="ytick"><text[^>]*>(.*?)</text>', chart, re.S)
+    assert "<a " not in chart and "xlink:href" not in chart and "<tspan" not in "".join(labels)
+    shown = sorted(n.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") for n in names)
+    assert sorted(labels) == shown  # as text: the DOM escapes what the page shows

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -99,8 +100,31 @@ def test_html_report_is_self_contained(trace: Path, tmp_path: Path) -> None:
     text = out.read_text()
     assert "<script src=" not in text  # plotly.js is inlined, nothing loads from the network
     assert "Plotly.newPlot" in text
-    assert text.count("Plotly.newPlot") == 6
+    assert text.count('<div class="chart" id="sim-chart-') == 6
     assert "Time to success" in text and "Queueing delay" in text
+
+
+def test_html_report_counts_the_jobs_replayed_and_names_those_left_out(tmp_path: Path) -> None:
+    big = generate(60, seed=3)
+    gpus = big.column("gpus").to_pylist()
+    gpus[0] = 64.0  # more than the 4 x 8 cluster holds
+    big = big.set_column(big.schema.get_field_index("gpus"), "gpus", pa.array(gpus, pa.float64()))
+    src = tmp_path / "big.parquet"
+    pq.write_table(big, src)
+    out = tmp_path / "r.html"
+    res = runner.invoke(app, ["simulate", str(src), *CLUSTER, "--policy", "fifo", "--html", str(out)])
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert "59 jobs replayed of the 60 read" in text
+    assert "Left out of the simulation: 1 " in text
+
+
+def test_an_html_path_that_cannot_be_written_fails_before_the_replay(trace: Path, tmp_path: Path) -> None:
+    res = runner.invoke(
+        app, ["simulate", str(trace), *CLUSTER, "--policy", "fifo", "--html", str(tmp_path / "no" / "r.html")]
+    )
+    assert res.exit_code == 1 and "--html" in res.output and "no directory" in res.output
+    assert "simulating" not in res.output  # failed at the option, before reading and replaying
 
 
 def test_explain_shows_why_a_job_waited(trace: Path, run_json: dict[str, Any]) -> None:

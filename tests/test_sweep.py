@@ -9,6 +9,7 @@ from pathlib import Path
 
 import cloudpickle
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -118,3 +119,48 @@ def test_sweep_rejects_a_bad_scheduler_address(tmp_path: Path) -> None:
     res = runner.invoke(app, ["sweep", str(trace), "--scheduler", "localhost:8786"])
     assert res.exit_code == 1
     assert "tcp://HOST:PORT" in res.output
+
+
+@pytest.mark.slow
+def test_a_load_the_trace_cannot_take_is_one_line_naming_the_cell(tmp_path: Path) -> None:
+    trace = tmp_path / "one.parquet"
+    pq.write_table(generate(1, seed=4), trace)  # one job: no arrival rate to rescale
+    res = runner.invoke(app, ["sweep", str(trace), "--nodes", "4", "--policy", "fifo", "--load", "1.0"])
+    assert res.exit_code == 1 and (res.exception is None or isinstance(res.exception, SystemExit))
+    assert "fifo at load 1.0: --load cannot rescale this trace" in res.output
+    assert "Traceback" not in res.output
+
+
+@pytest.mark.slow
+def test_a_grid_that_leaves_every_job_out_is_an_error_not_a_table_of_dashes(tmp_path: Path) -> None:
+    t = generate(20, seed=4)
+    t = t.set_column(t.schema.get_field_index("gpus"), "gpus", pa.array([0.0] * t.num_rows))
+    trace = tmp_path / "cpu.parquet"
+    pq.write_table(t, trace)
+    res = runner.invoke(app, ["sweep", str(trace), "--nodes", "4", "--policy", "fifo", "--load", "natural"])
+    assert res.exit_code == 1
+    assert "every job was left out" in res.output and "20 CPU-only" in res.output
+
+
+def test_an_address_that_never_answers_as_a_scheduler_fails_in_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A port that takes the connection and says nothing (a dashboard, any HTTP server) made the sweep
+    wait forever: Dask's own timeout does not cover its handshake."""
+    import socket
+    import time
+
+    import headway.sim.sweep as sweep_mod
+
+    monkeypatch.setattr(sweep_mod, "CONNECT_DEADLINE_S", 3.0)
+    trace = tmp_path / "t.parquet"
+    pq.write_table(generate(10, seed=4), trace)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        t0 = time.monotonic()
+        res = runner.invoke(app, ["sweep", str(trace), "--scheduler", f"tcp://127.0.0.1:{port}"])
+        took = time.monotonic() - t0
+    assert res.exit_code == 1 and "no Dask scheduler answered within 3 s" in res.output, res.output
+    assert took < 30

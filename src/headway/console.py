@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
@@ -28,6 +30,17 @@ def fail(message: str, code: int = 1) -> NoReturn:
     """Print one line (no traceback) to stderr and exit."""
     err.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def check_output_file(path: Path, option: str) -> None:
+    """Fail now, not after minutes of work, when `path` cannot be written as a file."""
+    if path.is_dir():
+        fail(f"{option} {path}: is a directory; give a file name")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        fail(f"{option} {path}: no directory {parent}")
+    if not os.access(path if path.exists() else parent, os.W_OK):
+        fail(f"{option} {path}: not writable")
 
 
 def jsonable(obj: Any) -> Any:

@@ -669,6 +669,12 @@ def audit_report(
             source=source,
         )
         report["comparison"] = compare(report, other)
+        overlap = window.overlap(vs)
+        if overlap is not None:  # the same jobs on both sides make the two periods look alike
+            report["notes"].append(
+                f"the two periods overlap ({overlap.label()}): jobs submitted then count in both"
+                " (a bare end date includes its whole day)"
+            )
     return report
 
 

@@ -149,7 +149,8 @@ def _figures(r: dict[str, Any]) -> dict[str, Any]:
     top = list(reversed(r["top"][by]))
     figs["chart-top"] = go.Figure(
         go.Bar(
-            y=[str(t["key"]) for t in top],
+            # plotly reads a small set of HTML tags in labels (a link, a line break): names are text
+            y=[_html.escape(str(t["key"]), quote=False) for t in top],
             x=[t["wasted_gpu_hours"] for t in top],
             orientation="h",
             marker_color=COLORS["waste"],
@@ -363,13 +364,17 @@ def render_html(r: dict[str, Any]) -> str:
             )
         )
         to = r["timeouts"]
-        parts.append(
-            f"<h2>Timeouts and over-asking</h2><p>{to['jobs']:,} jobs hit their time limit: "
-            f"{_e(gh(to['gpu_hours']))} GPU-hours.</p>"
-        )
         oa = to["over_asking"]
+        parts.append("<h2>Timeouts and over-asking</h2>")
+        if not to["time_limits_known"] and to["jobs"] == 0:  # as the terminal says it
+            parts.append("<p>No time limits in this data, so neither can be measured.</p>")
+        else:
+            parts.append(
+                f"<p>{to['jobs']:,} jobs hit their time limit: {_e(gh(to['gpu_hours']))} GPU-hours.</p>"
+            )
         if oa is None:
-            parts.append("<p>No time limits in this data, so over-asking cannot be measured.</p>")
+            if to["time_limits_known"] or to["jobs"]:
+                parts.append("<p>No time limits in this data, so over-asking cannot be measured.</p>")
         else:
             parts.append(
                 f"<p>{oa['jobs']:,} of {oa['completed_jobs_with_limit']:,} completed jobs "

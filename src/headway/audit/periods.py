@@ -32,6 +32,16 @@ class Window:
             "until": self.until.isoformat() if self.until else None,
         }
 
+    def overlap(self, other: Window) -> Window | None:
+        """The window both cover, or None when they share no instant."""
+        starts = [t for t in (self.since, other.since) if t is not None]
+        ends = [t for t in (self.until, other.until) if t is not None]
+        since = max(starts) if starts else None
+        until = min(ends) if ends else None
+        if since is not None and until is not None and since >= until:
+            return None
+        return Window(since, until)
+
     def label(self) -> str:
         def fmt(t: dt.datetime | None) -> str:
             if t is None:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from headway.console import err, fail, out, print_json
+from headway.console import check_output_file, err, fail, out, print_json
 
 BY_HELP = "Rank the top table by user, group, name, partition or gpus (JSON always carries all of them)."
 
@@ -98,8 +98,8 @@ def audit(
         fail("--vs needs --period (the period to compare against it)")
     if period and (since or until):
         fail("use either --period or --since/--until, not both")
-    if html is not None and html.exists() and html.is_dir():
-        fail(f"{html}: is a directory; give a file name for --html")
+    if html is not None:
+        check_output_file(html, "--html")
     try:
         store = JobStore(db, read_only=True)
     except StoreError as e:

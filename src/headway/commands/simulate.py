@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from headway.console import err, fail, out, print_json, print_skipped
+from headway.console import check_output_file, err, fail, out, print_json, print_skipped
 from headway.traces.base import BadInputError
 
 if TYPE_CHECKING:
@@ -206,15 +206,6 @@ class TraceInfo:
 
 
 SHOWN_BAD_ROWS = 5
-_PARQUET_MAGIC = b"PAR1"
-
-
-def _is_parquet(path: Path) -> bool:
-    try:
-        with path.open("rb") as f:
-            return f.read(4) == _PARQUET_MAGIC
-    except OSError:
-        return False
 
 
 def load_jobs(
@@ -223,7 +214,6 @@ def load_jobs(
     """Jobs in JOB_SCHEMA from a trace file (any reader, or Parquet) or from the store; one line on error."""
     import pyarrow.compute as pc
 
-    from headway.schema import conform
     from headway.store import JobStore, StoreError
     from headway.traces.base import ReadOptions
     from headway.traces.compressed import plain_file
@@ -246,31 +236,21 @@ def load_jobs(
         if trace.is_dir():
             fail(f"{trace}: is a directory; give the job log inside it")
         label = str(trace)
-        by_name = trace.suffix.lower() in (".parquet", ".pq")
-        if fmt == "parquet" or (fmt == "auto" and (by_name or _is_parquet(trace))):
-            import pyarrow.parquet as pq
-
-            try:
-                table = conform(pq.read_table(trace))
-            except (OSError, ValueError, KeyError) as e:
-                fail(f"{trace}: not a Parquet file in the job schema: {str(e).splitlines()[0]}")
-            chosen = "parquet"
-        else:
-            if fmt not in FORMATS:
-                fail(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}, parquet")
-            if mapping is not None and fmt not in ("csv", "auto"):
-                fail("--mapping is for --format csv")
-            try:
-                with plain_file(trace) as plain:
-                    chosen = fmt if fmt != "auto" else "csv" if mapping is not None else sniff(plain)
-                    res = get_reader(chosen).read(plain, ReadOptions(tz=tz, mapping=mapping))
-            except BadInputError as e:
-                fail(str(e))
-            except (OSError, UnicodeError) as e:
-                fail(f"{trace}: cannot read: {e}")
-            table = res.table
-            shown = tuple(str(b) for b in res.bad_rows[:SHOWN_BAD_ROWS])
-            bad = (res.bad_row_count, shown, tuple(res.notes))
+        if fmt not in FORMATS:
+            fail(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        if mapping is not None and fmt not in ("csv", "auto"):
+            fail("--mapping is for --format csv")
+        try:
+            with plain_file(trace) as plain:
+                chosen = fmt if fmt != "auto" else "csv" if mapping is not None else sniff(plain)
+                res = get_reader(chosen).read(plain, ReadOptions(tz=tz, mapping=mapping))
+        except BadInputError as e:
+            fail(str(e))
+        except (OSError, UnicodeError) as e:
+            fail(f"{trace}: cannot read: {e}")
+        table = res.table
+        shown = tuple(str(b) for b in res.bad_rows[:SHOWN_BAD_ROWS])
+        bad = (res.bad_row_count, shown, tuple(res.notes))
     if table.num_rows == 0:
         fail(f"{label}: no jobs to simulate")
     sources = sorted(str(s) for s in pc.unique(table.column("source")).to_pylist())
@@ -752,6 +732,8 @@ def simulate(
         fail(f"--reference: choose one of {', '.join(REFERENCES)}")
     if load is not None and not 0 < load <= 10:
         fail(f"--load: {load:g} is out of range; offered load must be in (0, 10]")
+    if html_out is not None:
+        check_output_file(html_out, "--html")
     jobs, info = load_jobs(trace, fmt, db, tz, mapping)
     if explain is not None and explain not in set(jobs.column("job_id").to_pylist()):
         fail(f"--explain: no job {explain!r} in {info.label}")
@@ -801,10 +783,10 @@ def simulate(
         doc["explain"] = {"job_id": explain, "left_out": left_out}
     elif explain:
         explain_tables, doc["explain"] = _explain_tables(results, explain)
-    if html_out is not None:
-        _write_html(html_out, results, metrics, info, capacity, load, figs)
     if as_json:
         print_json(doc)
+        if html_out is not None:
+            _write_html(html_out, results, metrics, info, capacity, load, figs)
         return
     load_txt = "natural arrivals" if load is None else f"load {load:g}"
     offered = results[0].load if results else float("nan")
@@ -813,7 +795,9 @@ def simulate(
             metrics,
             f"{Path(info.label).name}: {info.jobs:,} jobs, {capacity:g} GPUs, {load_txt} "
             + (
-                f"(offered {offered:.3g})" if math.isfinite(offered) else "(no arrival rate: no offered load)"
+                f"(offered {offered:.3g})"
+                if math.isfinite(offered)
+                else "(no offered load: no arrival rate, or no GPU-hours)"
             ),
         )
     )
@@ -829,7 +813,8 @@ def simulate(
         out.print(f"[yellow]--explain:[/] {why}")
     for t in explain_tables:
         out.print(t)
-    if html_out is not None:
+    if html_out is not None:  # last: a write that fails still leaves the results on the screen
+        _write_html(html_out, results, metrics, info, capacity, load, figs)
         out.print(f"wrote {html_out}")
 
 
@@ -869,14 +854,21 @@ def _write_html(
 
     notes = [f"{g['goal']}: {'met' if g['met'] else 'not met'}" for g in goals(metrics)]
     notes += [f"Helios {f.policy} {f.metric} at load {f.load}: {f.value:,.0f} s" for f in figs]
-    if results and results[0].excluded:
-        notes.append(f"{len(results[0].excluded):,} jobs left out (larger than the cluster)")
+    replayed = results[0].jobs.num_rows if results else 0
+    if results and results[0].excluded_counts:
+        why = ", ".join(f"{n:,} {reason}" for reason, n in results[0].excluded_counts.items())
+        notes.append(f"Left out of the simulation: {why}.")
+    offered = results[0].load if results else float("nan")
+    arrivals = "natural arrivals" if load is None else f"load {load:g}"
+    if math.isfinite(offered):
+        arrivals += f" (offered {offered:.3g})"
     text = render(
         results,
         metrics,
         title=f"headway simulate: {Path(info.label).name}",
-        subtitle=f"{info.jobs:,} jobs, {capacity:g} GPUs, "
-        + ("natural arrivals" if load is None else f"load {load:g}"),
+        subtitle=f"{replayed:,} jobs replayed"
+        + (f" of the {info.jobs:,} read" if replayed != info.jobs else "")
+        + f", {capacity:,g} GPUs, {arrivals}",
         notes=notes,
     )
     try:
@@ -937,7 +929,7 @@ def sweep(
 ) -> None:
     """Run a policy x load x seed grid on Dask and print the median over seeds per policy and load,
     with the min-max spread."""
-    from headway.sim.sweep import grid, iter_rows, run_grid, summarise
+    from headway.sim.sweep import SweepError, grid, iter_rows, run_grid, summarise
 
     policies = _parse_policies(policy)
     loads = _parse_loads(load)
@@ -968,11 +960,22 @@ def sweep(
                 on_done=lambda _r: progress.advance(task),
             )
         except (OSError, TimeoutError) as e:
+            progress.stop()
             fail(f"dask: {e}")
+        except SweepError as e:
+            progress.stop()
+            fail(str(e))
+        except KeyboardInterrupt:
+            progress.stop()
+            err.print("stopped: the sweep's simulations were cancelled")
+            raise typer.Exit(130) from None
     wall = time.perf_counter() - t0
     summary = summarise(results, SWEEP_METRICS)
     excluded = list(results[0].excluded) if results else []  # the same in every cell
     counts = dict(results[0].excluded_counts) if results else {}
+    if results and all(not r.metrics.get("jobs") for r in results):
+        why = ", ".join(f"{n:,} {reason}" for reason, n in counts.items())
+        fail(f"{info.label}: every job was left out of the simulation ({why}); nothing to compare")
     if as_json:
         print_json(
             {

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from headway.schema import WASTE_STATES, State
+from headway.schema import ENDED_STATES, WASTE_STATES, State
 from headway.sim.result import SimResult
 
 Arr = npt.NDArray[np.float64]
@@ -182,7 +182,10 @@ def compute(result: SimResult) -> dict[str, MetricValue]:
     else:  # no timeline: busy time from the jobs themselves (no preemption overhead counted)
         busy_gpu_s = float((jt.gpus * np.nan_to_num(np.maximum(jt.end - jt.start, 0.0)))[ended].sum())
 
-    ended_gpu_h = float(gpu_h[ended].sum())
+    # The completion rate's denominator, as in the audit: jobs that ended with a known outcome (a pod of
+    # unknown fate, Alibaba's UNKNOWN, is replayed but counts neither as a success nor as a miss).
+    known = ended & np.isin(jt.state, [s.value for s in ENDED_STATES])
+    known_gpu_h = float(gpu_h[known].sum())
     good = float(gpu_h[success].sum())
     m: dict[str, MetricValue] = {
         "jobs": len(jt.submit),
@@ -218,8 +221,8 @@ def compute(result: SimResult) -> dict[str, MetricValue]:
         "starvation_s": float(qd.max()) if len(qd) else None,
         "goodput_gpu_hours": good,
         "wasted_gpu_hours": float(gpu_h[waste].sum()),
-        "completion_rate": float(success.sum() / ended.sum()) if ended.any() else None,
-        "completion_rate_gpu_hours": good / ended_gpu_h if ended_gpu_h > 0 else None,
+        "completion_rate": float(success.sum() / known.sum()) if known.any() else None,
+        "completion_rate_gpu_hours": good / known_gpu_h if known_gpu_h > 0 else None,
         "span_s": length,
         "busy_gpu_hours": busy_gpu_s / 3600.0,
         "preemptions": int(np.nansum(_col(result.jobs, "preemptions"))),

@@ -111,12 +111,16 @@ def render(
             {"title": "GPU-hours of successful jobs"},
         ),
     ]
-    divs = [
-        pio.to_html(
-            f, full_html=False, include_plotlyjs=False, default_width="100%", config={"responsive": True}
-        )
-        for f in figs
-    ]
+    # Empty cells first, drawn by one script at the end: a chart drawn while its grid cell is the only one
+    # takes the page's whole width, and the cell it ends up in then cuts it off.
+    figure_json = ",".join(pio.to_json(f, validate=False) for f in figs).replace("</", "<\\/")
+    draw = (
+        f"var figs = [{figure_json}];\n"
+        "figs.forEach(function (f, i) {\n"
+        '  Plotly.newPlot("sim-chart-" + i, f.data, f.layout, {responsive: true, displaylogo: false});\n'
+        "});"
+    )
+    cells = "".join(f'<div class="chart" id="sim-chart-{i}"></div>' for i in range(len(figs)))
     head = "".join(f"<th>{html.escape(k.replace('_', ' '))}</th>" for k in ("policy", *HEADLINE))
     rows = "".join(
         "<tr><td>"
@@ -147,6 +151,7 @@ th:first-child, td:first-child {{ text-align: left; }}
 <p>Times in hours; definitions in docs/simulate.md. Generated {stamp}.</p>
 <div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>
 <ul>{note_html}</ul>
-<div class="grid">{"".join(f"<div>{d}</div>" for d in divs)}</div>
+<div class="grid">{cells}</div>
+<script type="text/javascript">{draw}</script>
 </body></html>
 """

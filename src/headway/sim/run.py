@@ -135,7 +135,7 @@ def prepare(
                 + (
                     "every job was submitted in the same second, so it has no arrival rate to stretch"
                     if span <= 0
-                    else "no job ran for any time, so it offers no GPU-hours"
+                    else "its jobs offer no GPU-hours (they ask for no GPUs, or none ran for any time)"
                 )
             )
         if len(rel):

@@ -33,6 +33,10 @@ class Cell:
         return "natural" if self.load is None else str(float(self.load))
 
 
+class SweepError(ValueError):
+    """A grid that cannot run: a cell's input error, or a scheduler that is not one; str() says which."""
+
+
 @dataclass(frozen=True, slots=True)
 class CellResult:
     cell: Cell
@@ -67,16 +71,19 @@ def run_cell(
     from headway.sim.run import run_simulation
 
     extra: dict[str, Any] = {} if predictor_factory is None else {"predictor_factory": predictor_factory}
-    res = run_simulation(
-        jobs,
-        cluster,
-        policy=cell.policy,
-        placement=placement,
-        load=cell.load,
-        seed=cell.seed,
-        include_cpu=include_cpu,
-        **extra,
-    )
+    try:
+        res = run_simulation(
+            jobs,
+            cluster,
+            policy=cell.policy,
+            placement=placement,
+            load=cell.load,
+            seed=cell.seed,
+            include_cpu=include_cpu,
+            **extra,
+        )
+    except ValueError as e:  # bad input for this cell (a load the trace cannot take): named, no traceback
+        raise SweepError(f"{cell.policy} at load {cell.load_label}: {e}") from None
     return CellResult(cell, compute(res), tuple(res.excluded), tuple(res.excluded_counts.items()))
 
 
@@ -100,15 +107,24 @@ def run_grid(
 
     local: LocalCluster | None = None
     if scheduler:
-        client = Client(scheduler, timeout="10s")
+        client = _connect(scheduler)
     else:
-        local = LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            silence_logs=50,  # logging.CRITICAL: keep worker chatter off the user's terminal
-        )
+        # The worker processes start with SIGINT ignored (and keep it: Python leaves an ignored SIGINT
+        # alone), so Ctrl-C stops the sweep here, which closes them, rather than each printing a trace.
+        restore = _ignore_sigint()
+        try:
+            local = LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                # No dashboard, and its bare HTTP server (health, metrics) on a free port rather than
+                # 8787, which warns when another Dask holds it.
+                scheduler_kwargs={"dashboard_address": ":0"},
+                silence_logs=50,  # logging.CRITICAL: keep worker chatter off the user's terminal
+            )
+        finally:
+            restore()
         client = Client(local)
     try:
         jobs_f = client.scatter(jobs, broadcast=True)
@@ -129,6 +145,59 @@ def run_grid(
         client.close()
         if local is not None:
             local.close()
+
+
+CONNECT_DEADLINE_S = 20.0
+
+
+def _connect(scheduler: str) -> Any:
+    """A Client of the scheduler at `scheduler`, or SweepError within CONNECT_DEADLINE_S: Dask's own
+    timeout does not cover a port that accepts the connection and never greets (a dashboard, any HTTP
+    server), where it would wait forever, and bytes from something else can fail in odd ways."""
+    import threading
+
+    from dask.distributed import Client
+
+    box: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            box["client"] = Client(scheduler, timeout="10s")
+        except BaseException as e:  # handed to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=connect, name="headway-dask-connect", daemon=True)
+    t.start()
+    t.join(CONNECT_DEADLINE_S)
+    if t.is_alive():
+        raise SweepError(
+            f"{scheduler}: no Dask scheduler answered within {CONNECT_DEADLINE_S:g} s; is it the "
+            "scheduler's port (8786 by default) and not the dashboard's (8787)?"
+        )
+    err = box.get("error")
+    if isinstance(err, OSError | TimeoutError):
+        raise err
+    if err is not None:
+        raise SweepError(
+            f"{scheduler}: connecting failed ({type(err).__name__}: {str(err)[:200]}); is a Dask scheduler "
+            "listening there?"
+        ) from None
+    return box["client"]
+
+
+def _ignore_sigint() -> Callable[[], None]:
+    """Ignore SIGINT (main thread only); returns what puts the previous handler back."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def restore() -> None:
+        signal.signal(signal.SIGINT, old)
+
+    return restore
 
 
 @dataclass(frozen=True, slots=True)

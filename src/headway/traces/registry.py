@@ -15,10 +15,11 @@ READER_MODULES: dict[str, str] = {
     "alibaba": "headway.traces.alibaba",
     "helios": "headway.traces.helios",
     "csv": "headway.traces.csvmap",
+    "parquet": "headway.traces.parquet",
 }
 FORMATS: tuple[str, ...] = ("auto", *READER_MODULES)
 # `auto` tries these in order; `csv` needs a mapping so it is chosen only when one is given.
-SNIFF_ORDER: tuple[str, ...] = ("sacct", "philly", "slurmdb", "alibaba", "helios")
+SNIFF_ORDER: tuple[str, ...] = ("parquet", "sacct", "philly", "slurmdb", "alibaba", "helios")
 
 
 def get_reader(name: str) -> Reader:
