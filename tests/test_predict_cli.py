@@ -141,3 +141,21 @@ def test_time_limits_parse_and_suggestions_round_up() -> None:
     assert parse_time_limit("30:00") == 1800
     assert suggest_time_limit(3600) == 4500  # 1.25 h, already on a 15-minute step
     assert suggest_time_limit(10) == 900
+
+
+def test_a_store_of_two_clusters_is_named_and_the_split_counts_days_not_trainings(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    path = tmp_path / "two.duckdb"
+    a, b = make_history(600, seed=1, users=5, days=4), make_history(600, seed=2, users=5, days=4)
+    b = b.set_column(b.schema.get_field_index("source"), "source", pa.array(["other"] * b.num_rows))
+    with JobStore(path) as store:
+        store.upsert(a)
+        store.upsert(b)
+    res = runner.invoke(app, ["predict", "evaluate", "--db", str(path), "--json"])
+    assert res.exit_code == 0, res.output
+    assert "the store holds 2 sources" in res.stderr and "--source NAME" in res.stderr
+    split = json.loads(res.stdout)["split"]
+    assert split["test_days"] >= 1 and split["retrainings"] >= 1
+    one = runner.invoke(app, ["predict", "evaluate", "--db", str(path), "--json", "--source", "other"])
+    assert one.exit_code == 0 and "sources" not in one.stderr

@@ -150,3 +150,36 @@ def test_calibration_maps_monotonically_and_fixes_a_biased_score() -> None:
         out = cal.apply(np.sort(biased))
         assert (np.diff(out) >= -1e-12).all()
         assert ece(y, cal.apply(biased)) < 0.02 < ece(y, biased)
+
+
+def test_a_history_of_many_months_still_trains_trees() -> None:
+    """With a calibration slice of weeks, every fit row weighed 2^-(days / 3) < 1e-6: LightGBM's absolute
+    hessian floor let no split through, and a year of history gave one empty tree per model."""
+    long = build_features(make_history(12_000, seed=5, users=40, days=240))
+    model = Predictor.fit(long, config=FAST)
+    trees = {k: b.num_trees() for k, b in model.boosters.items()}
+    assert trees and min(trees.values()) > 1, trees
+
+
+def test_calibration_never_reverses_the_models_order() -> None:
+    """A slice where the model ranks backwards (no signal, a small store) fits a negative slope: that
+    would turn every probability around, so the model's own numbers are kept instead."""
+    rng = np.random.default_rng(7)
+    p = rng.uniform(0.2, 0.8, 400)
+    y = rng.random(400) < (1.0 - p)  # the lower the score, the likelier the success
+    cal = Calibration.fit("platt", p, y)
+    assert cal.kind == "identity"
+    assert (np.diff(cal.apply(np.sort(p))) >= 0).all()
+
+
+def test_a_model_file_with_a_calibration_that_is_not_numbers_is_refused(tmp_path: Path) -> None:
+    import json
+
+    model = Predictor.fit(build_features(make_history(2_000, seed=3, users=10, days=6)), config=FAST)
+    path = tmp_path / "m.json"
+    model.save(path)
+    doc = json.loads(path.read_text())
+    doc["calibration"] = {"kind": "platt", "a": "x", "b": 0.0}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ModelFileError, match="damaged model file"):
+        Predictor.load(path)

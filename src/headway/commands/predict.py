@@ -70,6 +70,15 @@ def _load(db: Path | None, source: str | None, include_cpu: bool, quiet: bool) -
         fail(str(e))
     if table.num_rows == 0:
         fail(f"no jobs{f' of source {source!r}' if source else ''} in the store; run `headway ingest` first")
+    if source is None:
+        import pyarrow.compute as pc
+
+        names = sorted(str(s) for s in pc.unique(table.column("source")).to_pylist())
+        if len(names) > 1:  # their histories interleave as if one cluster's: rarely what is meant
+            err.print(
+                f"note: the store holds {len(names)} sources ({', '.join(names)}), taken here as one "
+                "cluster's history; --source NAME uses one"
+            )
     with _step(f"computing causal features for {table.num_rows:,} jobs", quiet):
         frame = build_features(table, include_cpu=include_cpu)
     if len(frame) == 0:

@@ -349,7 +349,12 @@ def evaluate(
             "train_ended_before": _iso(frame.submit[test[0]]),
             "test_from": _iso(frame.submit[test[0]]),
             "test_to": _iso(frame.submit[test[-1]]),
-            "test_days": len(daily_meta),
+            # calendar days from the first test submission to the last (counted in whole days)
+            "test_days": int(
+                np.floor(frame.submit[test[-1]] / 86400.0) - np.floor(frame.submit[test[0]] / 86400.0)
+            )
+            + 1,
+            "retrainings": len(daily_meta),
         },
         "model": model.meta,
         "retrain": retrain,

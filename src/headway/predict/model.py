@@ -102,6 +102,16 @@ class Calibration:
     a: float = 1.0  # platt: sigmoid(a * logit(p) + b)
     b: float = 0.0
 
+    def check(self) -> None:
+        """ValueError unless this is a calibration `apply` can use (a model file read from disk)."""
+        if self.kind not in ("identity", "platt", "isotonic"):
+            raise ValueError(f"calibration kind {self.kind!r}")
+        nums = [self.a, self.b, *self.x, *self.y]
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in nums):
+            raise ValueError("calibration: a value that is not a finite number")
+        if len(self.x) != len(self.y):
+            raise ValueError("calibration: thresholds and values differ in length")
+
     def apply(self, p: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         if self.kind == "isotonic" and self.x:
             out = np.interp(p, np.asarray(self.x), np.asarray(self.y))
@@ -130,7 +140,10 @@ class Calibration:
 
             pc = np.clip(p, 1e-6, 1 - 1e-6)
             lr = LogisticRegression(C=1e6).fit(np.log(pc / (1 - pc)).reshape(-1, 1), y, sample_weight=weight)
-            return cls(kind="platt", a=float(lr.coef_[0, 0]), b=float(lr.intercept_[0]))
+            a = float(lr.coef_[0, 0])
+            if not a > 0:  # the slice ranks against the model (no signal, small data): never reverse it
+                return cls()
+            return cls(kind="platt", a=a, b=float(lr.intercept_[0]))
         from sklearn.isotonic import IsotonicRegression
 
         iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(
@@ -321,6 +334,7 @@ def _threads(rows: int) -> int:
 
 
 SHRINK_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
+FIT_WEIGHT_FLOOR = 1e-3  # below it, the fit rows' recency weights are rescaled (see Predictor.fit)
 
 
 def _best_shrink(
@@ -455,6 +469,14 @@ class Predictor:
         if cfg.halflife_days and n:
             age_days = (frame.submit[rows][-1] - frame.submit[rows]) / 86400.0
             weight = 0.5 ** (age_days / cfg.halflife_days)
+            # The weights are relative, but LightGBM's are not quite: its floor on a leaf's hessian sum
+            # (1e-3) and float32 storage are absolute. When the calibration slice spans weeks, every fit row
+            # is older than it and weighs 2^-(weeks x 7 / 3): no split passes the floor, and the models are
+            # one empty tree (a year of sacct history did that). So the fit rows are put back on the scale
+            # of their own newest when it has sunk that far; shorter histories train as they did.
+            if len(fit_idx) and weight[fit_idx].max() < FIT_WEIGHT_FLOOR:
+                fit_age = age_days[fit_idx]
+                weight[fit_idx] = 0.5 ** ((fit_age - fit_age.min()) / cfg.halflife_days)
 
         def train(
             key: str,
@@ -620,6 +642,7 @@ class Predictor:
         try:
             boosters = {k: lgb.Booster(model_str=s) for k, s in doc["boosters"].items()}
             cal = Calibration(**doc["calibration"])
-        except (KeyError, TypeError, lgb.basic.LightGBMError) as e:
+            cal.check()
+        except (KeyError, TypeError, ValueError, lgb.basic.LightGBMError) as e:
             raise ModelFileError(f"{path}: damaged model file ({str(e).splitlines()[0]})") from e
         return cls(vocab=doc["vocab"], calibration=cal, boosters=boosters, meta=doc.get("meta", {}))
