@@ -372,10 +372,9 @@ def render_html(r: dict[str, Any]) -> str:
             parts.append(
                 f"<p>{to['jobs']:,} jobs hit their time limit: {_e(gh(to['gpu_hours']))} GPU-hours.</p>"
             )
-        if oa is None:
-            if to["time_limits_known"] or to["jobs"]:
+            if oa is None:
                 parts.append("<p>No time limits in this data, so over-asking cannot be measured.</p>")
-        else:
+        if oa is not None:
             parts.append(
                 f"<p>{oa['jobs']:,} of {oa['completed_jobs_with_limit']:,} completed jobs "
                 f"({_e(pct(oa['share_jobs']))}) used less than "

@@ -613,12 +613,16 @@ def _left_out(jobs: pa.Table, results: Sequence[SimResult], job_id: str) -> str 
     return CPU_ONLY + " (--include-cpu adds such jobs)"
 
 
+def _left_out_text(counts: Mapping[str, int]) -> str:
+    """`897 never started or never ended in the trace, 1,052 CPU-only (0 GPUs)`."""
+    return ", ".join(f"{n:,} {reason}" for reason, n in counts.items())
+
+
 def _print_left_out(counts: Mapping[str, int], excluded: Sequence[str]) -> None:
     """The footer that says which jobs were not replayed, and why."""
     if not counts:
         return
-    why = ", ".join(f"{n:,} {reason}" for reason, n in counts.items())
-    out.print(f"[yellow]left out of the simulation:[/] {why}", markup=True)
+    out.print(f"[yellow]left out of the simulation:[/] {_left_out_text(counts)}", markup=True)
     for line in excluded[:5]:
         out.print(f"  {line}", markup=False)
     if len(excluded) > 5:
@@ -856,8 +860,7 @@ def _write_html(
     notes += [f"Helios {f.policy} {f.metric} at load {f.load}: {f.value:,.0f} s" for f in figs]
     replayed = results[0].jobs.num_rows if results else 0
     if results and results[0].excluded_counts:
-        why = ", ".join(f"{n:,} {reason}" for reason, n in results[0].excluded_counts.items())
-        notes.append(f"Left out of the simulation: {why}.")
+        notes.append(f"Left out of the simulation: {_left_out_text(results[0].excluded_counts)}.")
     offered = results[0].load if results else float("nan")
     arrivals = "natural arrivals" if load is None else f"load {load:g}"
     if math.isfinite(offered):
@@ -974,8 +977,10 @@ def sweep(
     excluded = list(results[0].excluded) if results else []  # the same in every cell
     counts = dict(results[0].excluded_counts) if results else {}
     if results and all(not r.metrics.get("jobs") for r in results):
-        why = ", ".join(f"{n:,} {reason}" for reason, n in counts.items())
-        fail(f"{info.label}: every job was left out of the simulation ({why}); nothing to compare")
+        fail(
+            f"{info.label}: every job was left out of the simulation ({_left_out_text(counts)}); "
+            "nothing to compare"
+        )
     if as_json:
         print_json(
             {

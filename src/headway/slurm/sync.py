@@ -505,7 +505,7 @@ class SlurmSync:
             skipped_cpu_only=skipped,
             changes=changes,
             skipped_waiting=waiting,
-            arrays={j.job_id: j.display_id for j in pending_all if j.tasks > 1 or "[" in j.display_id},
+            arrays={j.job_id: j.display_id for j in pending_all if "[" in j.display_id},
         )
 
     def run_pass(self) -> PassReport:
