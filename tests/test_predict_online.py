@@ -127,3 +127,19 @@ def test_a_retraining_sees_the_newest_examples_after_old_ones_are_dropped() -> N
         assert getattr(got, f).tolist() == getattr(want, f).tolist()
     assert {k: v.tolist() for k, v in got.cats.items()} == {k: v.tolist() for k, v in want.cats.items()}
     assert got.runtime.tolist() == [5.0 + i % 11 for i in range(2200, 2500)]
+
+
+def test_a_fresh_queue_does_not_give_every_new_job_0_or_100_percent() -> None:
+    """The cluster's recent share is a new user's starting point: after 3 ended jobs its raw value (0/3,
+    2/2) made every new job 0% or 100%; smoothed toward the all-time rate like every other rate."""
+    t = 1_700_000_000.0
+
+    def job(i: int, user: str, name: str) -> SubmittedJob:
+        return SubmittedJob(str(i), user, None, name, None, None, t + i, 1.0, 1, None)
+
+    for state, n, low, high in (("FAILED", 3, 0.05, 0.3), ("COMPLETED", 2, 0.6, 0.9)):
+        o = OnlinePredictor()
+        for i in range(n):
+            o.observe_end(EndedJob(job(i, "ann", "x"), t + i, t + i + 1, state))
+        p = float(o.predict([job(10, "bob", "y")], t + 10).p_success[0])
+        assert low < p < high, (state, p)

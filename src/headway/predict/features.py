@@ -534,7 +534,9 @@ class RollingState:
                 _last(g.recent, 100),
                 g.runtime.quantile(0.5),
                 g.ttf.quantile(0.5),
-                g.recent_sum / len(g.recent) if g.recent else NAN,  # all of it: GLOBAL_RECENT
+                # all of it (GLOBAL_RECENT), smoothed toward the all-time rate as every rate here is:
+                # a raw share of 3 ended jobs (0/3) would be a prior of 0 for every new user
+                _recent_rate(g.recent_sum, len(g.recent), prior),
             )
             g.memo_at = self.ended
         prior = g.memo[0]
@@ -1158,11 +1160,32 @@ def _vector_history(
         g.last[100],
         g.rt_med,
         g.ttf_med,
-        g.last[GLOBAL_RECENT],
+        recent_rate(g.last[GLOBAL_RECENT], np.minimum(g.n, GLOBAL_RECENT), prior),
         u_(u.rt_dense),
         sh.rt_dense,
     ]
     return np.column_stack(cols).astype(np.float64)
+
+
+def _recent_rate(succ: float, count: int, prior: float) -> float:
+    """`recent_rate` for one row (RollingState)."""
+    if count >= GLOBAL_RECENT:
+        return succ / count
+    return (succ + PRIOR_STRENGTH * prior) / (count + PRIOR_STRENGTH) if count else NAN
+
+
+def recent_rate(
+    share: npt.NDArray[np.float64], count: npt.NDArray[np.float64], prior: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """The cluster's recent success share over `count` ended jobs, smoothed toward the all-time `prior`
+    with PRIOR_STRENGTH pseudo-jobs (NaN while nothing has ended), as RollingState computes it."""
+    with np.errstate(invalid="ignore"):
+        succ = np.rint(share * count)  # the whole number of successes the share was taken from
+    smoothed = (succ + PRIOR_STRENGTH * prior) / (count + PRIOR_STRENGTH)
+    out: npt.NDArray[np.float64] = np.where(
+        count >= GLOBAL_RECENT, share, np.where(count > 0, smoothed, np.nan)
+    )
+    return out
 
 
 def _matrix(rows: list[tuple[float, ...]], width: int) -> npt.NDArray[np.float64]:
