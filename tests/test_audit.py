@@ -366,3 +366,32 @@ def test_comparing_periods_that_overlap_says_which_jobs_count_twice(tmp_path: Pa
     b = f"{start}..{start + dt.timedelta(days=4)}"
     res = CliRunner().invoke(app, ["audit", "--db", str(db), "--json", "--period", a, "--vs", b])
     assert not any("overlap" in n for n in json.loads(res.stdout)["notes"])
+
+
+def test_small_costs_show_cents_and_large_ones_whole_dollars() -> None:
+    from headway.audit.render import usd
+
+    assert [usd(0.0), usd(0.37), usd(12.0), usd(99.5), usd(100.4), usd(490_175.2)] == [
+        "$0",
+        "$0.37",
+        "$12.00",
+        "$99.50",
+        "$100",
+        "$490,175",
+    ]
+
+
+def test_the_weekly_charts_keep_a_week_without_jobs_as_a_gap(tmp_path: Path) -> None:
+    from headway.audit.html import _figures
+
+    week = dt.timedelta(days=7)
+    jobs = [job("1", State.COMPLETED, submit=T0), job("2", State.FAILED, submit=T0 + 3 * week)]
+    r = report_of(store_with(tmp_path, jobs))
+    assert [w["week"] for w in r["weekly"]] == ["2026-W10", "2026-W13"]  # the JSON lists weeks with jobs
+    figs = _figures(r)
+    rate = figs["chart-weekly-rate"].data[0]
+    assert list(rate.x) == ["2026-W10", "2026-W11", "2026-W12", "2026-W13"]
+    assert list(rate.y) == [1.0, None, None, 0.0]
+    goodput, wasted, wait = figs["chart-weekly-hours"].data
+    assert list(goodput.y) == [1.0, 0.0, 0.0, 0.0] and list(wasted.y) == [0.0, 0.0, 0.0, 1.0]
+    assert list(wait.y)[1:3] == [None, None]

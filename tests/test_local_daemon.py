@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -112,6 +114,11 @@ def test_cli_json_lists_pending_and_running_then_history_lists_ended(
     assert json.loads(cli("queue", "--json", state_dir=d.state_dir).stdout) == []
 
 
+def _log(d: DaemonProc, jid: int) -> str:
+    r = d.ask({"op": "logs", "id": jid, "stream": "out", "offset": 0})
+    return base64.b64decode(r["data"]).decode()
+
+
 def test_logs_follow_streams_until_the_job_ends(start_daemon: Callable[..., DaemonProc]) -> None:
     d = start_daemon(gpus="1")
     code = "import time\nfor i in range(3):\n    print(i, flush=True); time.sleep(0.4)"
@@ -150,6 +157,65 @@ def test_a_restarted_daemon_adopts_the_job_that_kept_running(
     wait_until(_ended(d, [jid]), 20, "the adopted job to end")
     assert _history(d)[jid]["state"] == "COMPLETED"
     assert marker.read_text().split() == ["run", "done"]
+
+
+def test_logs_follow_carries_on_across_a_daemon_restart(
+    start_daemon: Callable[..., DaemonProc], tmp_path: Path
+) -> None:
+    d = start_daemon(gpus="1")
+    go = tmp_path / "go"
+    script = f"echo before; while [ ! -e {go} ]; do sleep 0.05; done; echo after"
+    jid = d.submit(["sh", "-c", script])
+    cmd = [sys.executable, "-m", "headway.cli", "logs", str(jid), "-f", "--state-dir", str(d.state_dir)]
+    follower = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: _log(d, jid) == "before\n", 20, "the first line")
+        d.kill(signal.SIGKILL)
+        time.sleep(2.0)  # the follower finds no daemon for a while
+        assert follower.poll() is None, follower.communicate()
+        d.start()
+        go.touch()
+        out, err = follower.communicate(timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 0, err
+    assert out.split() == ["before", "after"]
+    assert "waiting for it to come back" in err and "the daemon is back" in err
+
+
+def test_a_store_held_by_another_process_is_retried_with_one_warning(
+    start_daemon: Callable[..., DaemonProc],
+) -> None:
+    d = start_daemon(gpus="1")
+    store = d.state_dir / "jobs.duckdb"
+
+    def stored() -> int:
+        try:
+            con = duckdb.connect(str(store), read_only=True)
+        except duckdb.Error:
+            return -1
+        try:
+            row = con.execute("SELECT count(*) FROM jobs WHERE source = 'local'").fetchone()
+            return int(row[0]) if row else 0
+        finally:
+            con.close()
+
+    first = d.submit(["true"])
+    wait_until(_ended(d, [first]), 20, "the first job")
+    wait_until(lambda: stored() == 1, 20, "the first job in the store")
+    reader = duckdb.connect(str(store), read_only=True)  # an analyst's session: the daemon cannot write
+    try:
+        for _ in range(3):
+            jid = d.submit(["true"])
+            wait_until(_ended(d, [jid]), 20, "a job")
+            time.sleep(2.0)
+    finally:
+        reader.close()
+    wait_until(lambda: stored() == 4, 90, "every job in the store once it is free")
+    log = (d.state_dir / "daemon.log").read_text()
+    assert log.count("not written yet") == 1, log
+    assert "written again" in log
 
 
 def test_client_errors_are_one_clear_line(start_daemon: Callable[..., DaemonProc], tmp_path: Path) -> None:

@@ -17,6 +17,23 @@ out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
 
 
+def print_table(table: Any, console: Console | None = None) -> None:
+    """On a terminal, at its width; piped or redirected (a log, `| less`, CI), at the table's own width.
+    Rich takes 80 columns when it cannot ask a terminal, and cut wide tables' cells short there."""
+    console = console or out
+    if console.is_terminal:
+        console.print(table)
+        return
+    from rich.measure import Measurement
+
+    natural = Measurement.get(console, console.options.update_width(100_000), table).maximum
+    if natural <= console.width:
+        console.print(table)
+        return
+    # Console.print caps `width` at the console's own, so a wider one prints it (same file, no colour).
+    Console(file=console.file, width=natural, highlight=False, no_color=console.no_color).print(table)
+
+
 def print_skipped(label: str, shown: list[str], total: int) -> None:
     """A reader's bad rows on stderr, as `ingest`, `simulate` and `sweep` show them: the first few,
     then how many more."""

@@ -6,6 +6,7 @@ jobs. Every chart sits in a `<section class="chart" id=...>` that the browser te
 
 from __future__ import annotations
 
+import datetime as dt
 import html as _html
 import os
 import tempfile
@@ -56,6 +57,32 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _every_week(weekly: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The weeks between the first and the last, those without jobs included: on the charts' axis of week
+    names a quiet week (a holiday, an outage) would otherwise vanish and its neighbours join up."""
+    if not weekly:
+        return []
+    have = {w["week_start"]: w for w in weekly}
+    day = dt.date.fromisoformat(weekly[0]["week_start"])
+    last = dt.date.fromisoformat(weekly[-1]["week_start"])
+    out = []
+    while day <= last:
+        iso = day.isocalendar()
+        out.append(
+            have.get(day.isoformat())
+            or {
+                "week": f"{iso.year}-W{iso.week:02d}",
+                "week_start": day.isoformat(),
+                "completion_rate": {"by_count": None, "by_gpu_hours": None},
+                "goodput_gpu_hours": 0.0,
+                "wasted_gpu_hours": 0.0,
+                "median_wait_s": None,
+            }
+        )
+        day += dt.timedelta(days=7)
+    return out
+
+
 def _figures(r: dict[str, Any]) -> dict[str, Any]:
     """One plotly figure per chart id; imported lazily so `headway --help` stays fast."""
     import plotly.graph_objects as go
@@ -83,7 +110,7 @@ def _figures(r: dict[str, Any]) -> dict[str, Any]:
         },
     )
 
-    weeks = r["weekly"][-WEEKS_SHOWN * 4 :]
+    weeks = _every_week(r["weekly"])[-WEEKS_SHOWN * 4 :]
     labels = [w["week"] for w in weeks]
     figs["chart-weekly-rate"] = go.Figure(
         [
@@ -122,7 +149,7 @@ def _figures(r: dict[str, Any]) -> dict[str, Any]:
             ),
             go.Scatter(
                 x=labels,
-                y=[(w["median_wait_s"] or 0) / 3600 for w in weeks],
+                y=[None if w["median_wait_s"] is None else w["median_wait_s"] / 3600 for w in weeks],
                 name="median wait (h)",
                 mode="lines+markers",
                 yaxis="y2",

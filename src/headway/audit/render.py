@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from headway.audit.compute import BY_TITLES
+from headway.console import print_table
 from headway.schema import OUTCOME_OF, State
 
 WEEKS_SHOWN = 26
@@ -43,7 +44,10 @@ def dur(seconds: float | None) -> str:
 
 
 def usd(x: float | None) -> str:
-    return "–" if x is None else f"${x:,.0f}"
+    """Whole dollars, except below $100, where cents matter (a small lab's week is not "$0")."""
+    if x is None:
+        return "–"
+    return f"${x:,.0f}" if abs(x) >= 100 or x == 0 else f"${x:,.2f}"
 
 
 def _fmt(kind: str, x: float | None) -> str:
@@ -143,7 +147,7 @@ def _outcomes(r: dict[str, Any], console: Console) -> None:
         tab.add_row(
             s, cls, f"{v['jobs']:,}", pct(v["share_jobs"]), gh(v["gpu_hours"]), pct(v["share_gpu_hours"])
         )
-    console.print(tab)
+    print_table(tab, console)
     cr = r["completion_rate"]
     cost = r["wasted_cost"]
     console.print(
@@ -184,7 +188,7 @@ def _top(r: dict[str, Any], console: Console) -> None:
             pct(cr["by_count"]),
             pct(cr["by_gpu_hours"]),
         )
-    console.print(tab)
+    print_table(tab, console)
 
 
 def _repeats(r: dict[str, Any], console: Console) -> None:
@@ -217,7 +221,7 @@ def _repeats(r: dict[str, Any], console: Console) -> None:
             (row["last"] or "–")[:16].replace("T", " "),
             "yes" if row["success_followed"] else "[red]no[/]",
         )
-    console.print(tab)
+    print_table(tab, console)
 
 
 def _early(r: dict[str, Any], console: Console) -> None:
@@ -242,7 +246,7 @@ def _early(r: dict[str, Any], console: Console) -> None:
             gh(e["gpu_hours"]),
             pct(e["share_gpu_hours"]),
         )
-    console.print(tab)
+    print_table(tab, console)
     med = ef["median_runtime_s"]
     console.print(f"median runtime: failed {dur(med['waste'])}, successful {dur(med['success'])}")
 
@@ -305,11 +309,11 @@ def _waiting(r: dict[str, Any], console: Console) -> None:
             dur(sb["median_s"]) if sb else "–",
             dur(sb["p90_s"]) if sb else "–",
         )
-    console.print(tab)
+    print_table(tab, console)
     tab = _table("Queueing delay by user", "user", "jobs", "median", "p90", "max", right=(1, 2, 3, 4))
     for u in wt["by_user"]:
         tab.add_row(str(u["user"])[:28], *_wait_row(u))
-    console.print(tab)
+    print_table(tab, console)
 
 
 def _weekly(r: dict[str, Any], console: Console) -> None:
@@ -342,7 +346,7 @@ def _weekly(r: dict[str, Any], console: Console) -> None:
             gh(wk["wasted_gpu_hours"]),
             dur(wk["median_wait_s"]),
         )
-    console.print(tab)
+    print_table(tab, console)
 
 
 def _comparison(r: dict[str, Any], console: Console) -> None:
@@ -372,4 +376,4 @@ def _comparison(r: dict[str, Any], console: Console) -> None:
             _change(k, m["change"]),
             "–" if rel is None else f"{rel * 100:+.1f}%",
         )
-    console.print(tab)
+    print_table(tab, console)

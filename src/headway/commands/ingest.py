@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from headway.console import err, fail, out, print_json, print_skipped
+from headway.console import err, fail, out, print_json, print_skipped, print_table
 from headway.traces.base import BadInputError, ReadOptions, ReadResult
 from headway.traces.compressed import plain_file, relabel
 from headway.traces.registry import FORMATS, get_reader, sniff
@@ -171,7 +171,7 @@ def ingest(
             f"{s['bad_rows']:,}",
             ", ".join(missing) or "-",
         )
-    out.print(t)
+    print_table(t)
     for s in summary:
         notes = s["notes"]
         assert isinstance(notes, list)

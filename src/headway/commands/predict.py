@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from headway.console import err, fail, out, print_json
+from headway.console import err, fail, out, print_json, print_table
 
 if TYPE_CHECKING:
     from headway.predict.features import FeatureFrame
@@ -59,7 +59,12 @@ def _step(desc: str, quiet: bool) -> Iterator[None]:
         yield
 
 
-def _load(db: Path | None, source: str | None, include_cpu: bool, quiet: bool) -> FeatureFrame:
+def _load(
+    db: Path | None, source: str | None, include_cpu: bool, quiet: bool
+) -> tuple[FeatureFrame, list[str]]:
+    """The store's features, and the sources they come from."""
+    import pyarrow.compute as pc
+
     from headway.predict.features import build_features
     from headway.store import JobStore, StoreError
 
@@ -70,20 +75,17 @@ def _load(db: Path | None, source: str | None, include_cpu: bool, quiet: bool) -
         fail(str(e))
     if table.num_rows == 0:
         fail(f"no jobs{f' of source {source!r}' if source else ''} in the store; run `headway ingest` first")
-    if source is None:
-        import pyarrow.compute as pc
-
-        names = sorted(str(s) for s in pc.unique(table.column("source")).to_pylist())
-        if len(names) > 1:  # their histories interleave as if one cluster's: rarely what is meant
-            err.print(
-                f"note: the store holds {len(names)} sources ({', '.join(names)}), taken here as one "
-                "cluster's history; --source NAME uses one"
-            )
+    names = sorted(str(s) for s in pc.unique(table.column("source")).to_pylist())
+    if source is None and len(names) > 1:  # their histories interleave as one cluster's: rarely meant
+        err.print(
+            f"note: the store holds {len(names)} sources ({', '.join(names)}), taken here as one "
+            "cluster's history; --source NAME uses one"
+        )
     with _step(f"computing causal features for {table.num_rows:,} jobs", quiet):
         frame = build_features(table, include_cpu=include_cpu)
     if len(frame) == 0:
         fail("no GPU jobs with a submit time in the store (pass --include-cpu to use CPU-only jobs)")
-    return frame
+    return frame, names
 
 
 @app.command("train")
@@ -108,7 +110,7 @@ def train(
 
     if calibration not in ("auto", "isotonic", "platt"):
         fail(f"--calibration: expected auto, isotonic or platt, got {calibration!r}")
-    frame = _load(db, source, include_cpu, as_json)
+    frame, sources = _load(db, source, include_cpu, as_json)
     n_ended = int(frame.ended.sum())
     if n_ended < 50:
         fail(f"only {n_ended} ended jobs in the store; need at least 50 to train")
@@ -116,6 +118,7 @@ def train(
     with _step(f"training on {n_ended:,} ended jobs", as_json):
         model = Predictor.fit(frame, config=TrainConfig(calibration=calibration))
     seconds = time.perf_counter() - t0
+    model.meta["sources"] = sources  # so that using it on another cluster's jobs can be flagged
     try:
         model.save(out_path)
     except OSError as e:
@@ -176,7 +179,7 @@ def evaluate(
         fail(f"--test-fraction must be between 0 and 1, got {test_fraction}")
     if retrain not in ("none", "daily"):
         fail(f"--retrain: expected daily or none, got {retrain!r}")
-    frame = _load(db, source, include_cpu, as_json)
+    frame, _ = _load(db, source, include_cpu, as_json)
     try:
         with _step("training on the past and scoring the test jobs", as_json):
             report = run_eval(frame, test_fraction, retrain=retrain)
@@ -199,7 +202,7 @@ def evaluate(
         mv, bv = report[key], b[key]
         better = (mv > bv) if higher else (mv < bv)
         t.add_row(key, _fmt(mv), _fmt(bv), "model" if better else "baseline")
-    out.print(t)
+    print_table(t)
     r = Table(title="reliability (10 bins)")
     for col in (
         "bin",
@@ -221,7 +224,7 @@ def evaluate(
             _fmt(b_row["predicted"], 2),
             _fmt(b_row["observed"], 2),
         )
-    out.print(r)
+    print_table(r)
     rt = Table(title="runtime if it completes / time to failure (model vs user's median)")
     for col in ("metric", "runtime model", "runtime baseline", "ttf model", "ttf baseline"):
         rt.add_column(col, justify="left" if col == "metric" else "right")
@@ -240,7 +243,7 @@ def evaluate(
             _fmt(report["time_to_failure"][key]),
             _fmt(b["time_to_failure"][key]),
         )
-    out.print(rt)
+    print_table(rt)
     o = report["other_mode"]
     out.print(
         f"with --retrain {o['retrain']}: auc {o['auc']:.3f}, brier {o['brier']:.3f}, "
@@ -292,7 +295,7 @@ def validate(
 
     if not 0.0 < test_fraction < 1.0:
         fail(f"--test-fraction must be between 0 and 1, got {test_fraction}")
-    frame = _load(db, source, include_cpu, as_json)
+    frame, _ = _load(db, source, include_cpu, as_json)
     try:
         with _step("validating on blocks of the training period", as_json):
             report = validation_folds(frame, test_fraction)
@@ -322,7 +325,7 @@ def validate(
         t.add_row(r["fold"], str(r["jobs"]), _fmt(r["success_rate"]), *(_fmt(r[k]) for k in keys))
     m = report["mean"]
     t.add_row("mean", "", "", *(_fmt(m[k]) for k in keys))
-    out.print(t)
+    print_table(t)
 
 
 def _check_job(db: Path | None, job_id: str, source: str | None, include_cpu: bool) -> None:
@@ -372,9 +375,14 @@ def parse_time_limit(text: str) -> float:
     raise ValueError(f"--time-limit: cannot read {text!r} (try 3600, 90m, 4h or 1-00:00:00)")
 
 
-def suggest_time_limit(p90_s: float, margin: float = 1.25) -> float:
-    """The p90 runtime with a margin, rounded up to 15 minutes."""
-    return max(900.0, math.ceil(p90_s * margin / 900.0) * 900.0)
+def suggest_time_limit(p90_s: float, requested_s: float | None = None, margin: float = 1.25) -> float:
+    """The p90 runtime with a margin, rounded up to a step that grows with it (5 minutes below an hour,
+    15 below a day, an hour beyond), and never above the limit asked for: every prediction is capped by
+    it, since a job ends there, so a longer limit would be a guess past anything the model saw."""
+    x = max(p90_s * margin, 300.0)
+    step = 300.0 if x <= 3600.0 else 900.0 if x <= 86400.0 else 3600.0
+    out = math.ceil(x / step - 1e-9) * step
+    return out if requested_s is None else min(out, requested_s)
 
 
 @app.command("show")
@@ -434,7 +442,13 @@ def show(
         if model_path != Path(DEFAULT_MODEL) or "no model file" not in str(e):
             fail(str(e))
         note = f"no model file at {model_path}: cold-start estimates from running rates and medians"
-    frame = _load(db, source, include_cpu, as_json)
+    frame, sources = _load(db, source, include_cpu, as_json)
+    trained_on = model.meta.get("sources") if model is not None else None
+    if trained_on and not set(trained_on) & set(sources):
+        note = (
+            f"the model was trained on jobs of {', '.join(trained_on)}, these are of {', '.join(sources)}: "
+            "another cluster's habits (train one on this store with `headway predict train`)"
+        )
     if job_id is not None:
         hits = np.flatnonzero(frame.job_id == job_id)
         if len(hits) == 0:
@@ -504,7 +518,7 @@ def show(
     p90 = float(pred.runtime_p90[0])
     p_s, rt_s, ttf_s = float(pred.p_success[0]), float(pred.runtime[0]), float(pred.time_to_failure[0])
     req = None if math.isnan(tl[0]) else float(tl[0])
-    suggested = suggest_time_limit(p90)
+    suggested = suggest_time_limit(p90, req)
     result: dict[str, Any] = {
         "job": job,
         "p_success": p_s,
@@ -531,10 +545,12 @@ def show(
     out.print(f"  P(completes)          {p_s:.0%}")
     out.print(f"  runtime if it does    {duration(rt_s)} (p90 {duration(p90)})")
     out.print(f"  time to failure       {duration(ttf_s)}")
-    out.print(
-        f"  time limit            requested {duration(req) if req else 'none'}, "
-        f"suggested {duration(suggested)} (p90 runtime + 25%)"
+    advice = (
+        "keep it (the p90 runtime + 25% reaches it)"
+        if req is not None and suggested >= req
+        else f"suggested {duration(suggested)} (p90 runtime + 25%)"
     )
+    out.print(f"  time limit            requested {duration(req) if req else 'none'}, {advice}")
     titles = {
         "p_success": "completion",
         "runtime_q50": "runtime",

@@ -17,14 +17,16 @@ import typer
 from rich.table import Table
 
 from headway.commands.daemon import StateDirOpt
-from headway.console import fail, out, print_json
-from headway.local.client import ClientError, request
+from headway.console import err, fail, out, print_json, print_table
+from headway.local.client import ClientError, DaemonUnreachable, request
 from headway.local.durations import format_elapsed, parse_duration
 from headway.local.paths import resolve_state_dir
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON only (for scripts).")]
 # `headway submit -- CMD ARGS...`: options stop at the command, so its own flags are never ours.
 SUBMIT_SETTINGS: dict[str, Any] = {"allow_interspersed_args": False}
+# How long `logs -f` waits for a daemon that went away (a restart takes seconds; the job runs on).
+FOLLOW_RECONNECT_S = 300.0
 
 
 def _ask(state_dir: Path | None, msg: dict[str, Any]) -> dict[str, Any]:
@@ -140,7 +142,7 @@ def queue(
             str(j["rank"]) if j.get("rank") else "-",
             _pct(j["p_success"]),
         )
-    out.print(t)
+    print_table(t)
     n_run = sum(1 for j in jobs if j["state"] in ("RUNNING", "LAUNCHING"))
     n_pend = sum(1 for j in jobs if j["state"] == "PENDING")
     out.print(f"{n_run} running, {n_pend} pending on {len(reply['gpu_ids'])} GPU(s)")
@@ -193,8 +195,31 @@ def logs(
     stream = "err" if stderr else "out"
     offset = 0
     chunks: list[bytes] = []
+    lost_at: float | None = None  # when a followed daemon stopped answering
     while True:
-        r = _ask(state_dir, {"op": "logs", "id": job_id, "stream": stream, "offset": offset})
+        msg = {"op": "logs", "id": job_id, "stream": stream, "offset": offset}
+        try:
+            r = request(resolve_state_dir(state_dir), msg)
+        except DaemonUnreachable as e:
+            if not follow:
+                fail(str(e))
+            # A restarted daemon adopts the running job and its log files, so following goes on after it.
+            if lost_at is None:
+                lost_at = time.monotonic()
+                err.print(
+                    "headway: the daemon is not answering (restarting?); waiting for it to come back "
+                    f"for up to {FOLLOW_RECONNECT_S / 60:.0f} minutes (the job keeps running)",
+                    soft_wrap=True,
+                )
+            elif time.monotonic() - lost_at > FOLLOW_RECONNECT_S:
+                fail(f"{e}; stopped following after {FOLLOW_RECONNECT_S / 60:.0f} minutes without a daemon")
+            time.sleep(1.0)
+            continue
+        except ClientError as e:
+            fail(str(e))
+        if lost_at is not None:
+            err.print("headway: the daemon is back; following on", soft_wrap=True)
+            lost_at = None
         data = base64.b64decode(r["data"])
         offset = int(r["offset"])
         if as_json:
@@ -251,4 +276,4 @@ def history(
             _elapsed(j, time.time()) if j.get("start_ts") is not None else "-",
             wait,
         )
-    out.print(t)
+    print_table(t)

@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from headway.console import check_output_file, err, fail, out, print_json, print_skipped
+from headway.console import check_output_file, err, fail, out, print_json, print_skipped, print_table
 from headway.traces.base import BadInputError
 
 if TYPE_CHECKING:
@@ -794,7 +794,7 @@ def simulate(
         return
     load_txt = "natural arrivals" if load is None else f"load {load:g}"
     offered = results[0].load if results else float("nan")
-    out.print(
+    print_table(
         comparison_table(
             metrics,
             f"{Path(info.label).name}: {info.jobs:,} jobs, {capacity:g} GPUs, {load_txt} "
@@ -811,12 +811,12 @@ def simulate(
         val = f"{g['ratio']:.2f}x" if "ratio" in g else f"{g['points']:+.2f} points"
         out.print(f"goal: {g['goal']}: {val}, {mark}", markup=True)
     if figs:
-        out.print(_reference_table(doc["reference"]["rows"], load_txt))
+        print_table(_reference_table(doc["reference"]["rows"], load_txt))
     if left_out is not None:
         why = f"job {escape(str(explain))} was left out of the simulation: {left_out}"
         out.print(f"[yellow]--explain:[/] {why}")
     for t in explain_tables:
-        out.print(t)
+        print_table(t)
     if html_out is not None:  # last: a write that fails still leaves the results on the screen
         _write_html(html_out, results, metrics, info, capacity, load, figs)
         out.print(f"wrote {html_out}")
@@ -1021,7 +1021,7 @@ def sweep(
                 txt += "\n[dim]one run[/]"
             cells_txt.append(txt)
         t.add_row(ld, pol, *cells_txt)
-    out.print(t)
+    print_table(t)
     _print_left_out(counts, excluded)
     out.print(f"{len(cells)} simulations in {wall:.1f} s")
 

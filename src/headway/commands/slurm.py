@@ -12,7 +12,7 @@ import typer
 from rich.columns import Columns
 from rich.table import Table
 
-from headway.console import err, fail, out, print_json
+from headway.console import err, fail, out, print_json, print_table
 
 if TYPE_CHECKING:
     from headway.slurm.sync import PassReport
@@ -85,7 +85,7 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool) -> None:
             str(r.target),
             status,
         )
-    out.print(t)
+    print_table(t)
     if plan.skipped_cpu_only:
         out.print(f"left alone (no GPUs requested): {', '.join(plan.skipped_cpu_only)}")
     if plan.skipped_waiting:
@@ -285,7 +285,7 @@ def why(
         t.add_row(k, f"{v:.4g}")
     t.add_row("SiteFactor", f"{'?' if row.current is None else row.current} now, {row.target} planned")
     if sprio is None:
-        out.print(t)
+        print_table(t)
         out.print(
             "slurm: sprio has no line for this job"
             + (f" ({res.stderr.strip()})" if res.stderr.strip() else "")

@@ -16,6 +16,11 @@ class ClientError(RuntimeError):
     """The daemon refused a request, or could not be reached; the message is one line for the user."""
 
 
+class DaemonUnreachable(ClientError):
+    """No daemon answered (none running, restarting, or it went away mid-request): worth trying again,
+    unlike a refusal."""
+
+
 def request(state_dir: Path, msg: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
     """Send one request and return the daemon's reply (raises ClientError on a refusal)."""
     path = socket_path(state_dir)
@@ -25,7 +30,7 @@ def request(state_dir: Path, msg: dict[str, Any], timeout: float = 60.0) -> dict
         try:
             s.connect(str(path))
         except (FileNotFoundError, ConnectionRefusedError):
-            raise ClientError(
+            raise DaemonUnreachable(
                 f"no headway daemon at {path} (start one with `headway daemon`, or pass --state-dir)"
             ) from None
         except PermissionError:
@@ -40,13 +45,13 @@ def request(state_dir: Path, msg: dict[str, Any], timeout: float = 60.0) -> dict
             if len(buf) > MAX_LINE:
                 raise ClientError("reply from the daemon is too large")
     except TimeoutError:
-        raise ClientError(f"the daemon at {path} did not answer within {timeout:.0f} s") from None
+        raise DaemonUnreachable(f"the daemon at {path} did not answer within {timeout:.0f} s") from None
     except OSError as e:
-        raise ClientError(f"talking to the daemon at {path}: {e}") from None
+        raise DaemonUnreachable(f"talking to the daemon at {path}: {e}") from None
     finally:
         s.close()
     if not buf:
-        raise ClientError(f"the daemon at {path} closed the connection without answering")
+        raise DaemonUnreachable(f"the daemon at {path} closed the connection without answering")
     reply = json.loads(buf)
     if not isinstance(reply, dict):
         raise ClientError("malformed reply from the daemon")

@@ -77,6 +77,11 @@ log = logging.getLogger("headway.daemon")
 
 MAX_REQUEST = 16 * 1024 * 1024
 LOG_CHUNK = 256 * 1024
+# Writing ended jobs into the DuckDB store while another process holds it: retry after 1, 2, 4 ... 60 s,
+# and warn once per 10 minutes of failing.
+STORE_RETRY_MIN_S = 1.0
+STORE_RETRY_MAX_S = 60.0
+STORE_WARN_EVERY_S = 600.0
 
 
 class DaemonError(RuntimeError):
@@ -512,13 +517,16 @@ class Daemon:
 
     _flush_task: asyncio.Task[None] | None = None
     _last_flush: float = 0.0
+    _flush_delay: float = STORE_RETRY_MIN_S  # doubles while the store cannot be written
+    _flush_failing_since: float | None = None
+    _flush_warned: float = 0.0
 
     def flush_store_soon(self) -> None:
         if self._flush_task is not None and not self._flush_task.done():
             return
         if self._loading is not None and self._loading_kind == "load":
             return  # the predictor's thread is reading the store; write after it
-        if time.time() - self._last_flush < 1.0:
+        if time.time() - self._last_flush < self._flush_delay:
             return
         rows = self._db().unstored()
         if not rows:
@@ -532,10 +540,32 @@ class Daemon:
         try:
             await asyncio.to_thread(write_ended, self.cfg.store, rows)
         except Exception as e:  # locked by a reader, disk full: keep them unstored and retry later
-            log.warning("job store %s not written yet (%s); will retry", self.cfg.store, e)
+            # Backing off, and one warning per STORE_WARN_EVERY_S: a reader holding the store for an hour
+            # wrote a line a second before.
+            now = time.time()
+            self._flush_delay = min(self._flush_delay * 2.0, STORE_RETRY_MAX_S)
+            if self._flush_failing_since is None:
+                self._flush_failing_since = now
+            if now - self._flush_warned >= STORE_WARN_EVERY_S:
+                self._flush_warned = now
+                log.warning(
+                    "job store %s not written yet (%s); %d ended job(s) stay in the queue's database, "
+                    "retrying every %.0f s or less",
+                    self.cfg.store,
+                    e,
+                    len(rows),
+                    STORE_RETRY_MAX_S,
+                )
             return
         with self._db().transaction():
             self._db().mark_stored([int(r["id"]) for r in rows])
+        if self._flush_failing_since is not None:
+            log.info(
+                "job store %s written again after %.0f s",
+                self.cfg.store,
+                time.time() - self._flush_failing_since,
+            )
+        self._flush_delay, self._flush_failing_since, self._flush_warned = STORE_RETRY_MIN_S, None, 0.0
 
     def flush_store_now(self) -> None:
         from headway.local.store_sync import write_ended

@@ -1,0 +1,36 @@
+"""Tables written to a pipe or a file keep every cell whole."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+
+from headway.console import print_table
+
+
+def _wide_table() -> Table:
+    t = Table(title="a title wider than it needs to be for this small test table")
+    for name in ("policy", "metric", "Helios", "headway (same policy)", "headway impact", "impact beats it"):
+        t.add_column(name, no_wrap=True)
+    t.add_row("fifo", "time_to_success_mean", "35.0h", "33.2h", "-", "-")
+    return t
+
+
+def test_a_piped_table_wider_than_80_columns_is_printed_whole() -> None:
+    buf = io.StringIO()
+    print_table(_wide_table(), Console(file=buf, highlight=False))  # not a terminal: Rich would take 80
+    text = buf.getvalue()
+    assert "time_to_success_mean" in text and "headway (same policy)" in text and "…" not in text
+    assert max(len(line) for line in text.splitlines()) > 80
+
+
+def test_a_table_that_fits_prints_as_rich_prints_it() -> None:
+    small = Table()
+    small.add_column("a")
+    small.add_row("1")
+    ours, theirs = io.StringIO(), io.StringIO()
+    print_table(small, Console(file=ours, highlight=False))
+    Console(file=theirs, highlight=False).print(small)
+    assert ours.getvalue() == theirs.getvalue()
