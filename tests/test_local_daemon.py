@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
+import psutil
 
 from test_local_support import DaemonProc, cli, start_daemon, wait_until
 
@@ -216,6 +217,42 @@ def test_a_store_held_by_another_process_is_retried_with_one_warning(
     log = (d.state_dir / "daemon.log").read_text()
     assert log.count("not written yet") == 1, log
     assert "written again" in log
+
+
+ESCAPER = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()  # leaves the job's process group and session
+    if os.fork() == 0:  # orphaned at once: what a daemonised helper does
+        open(sys.argv[1], "w").write(str(os.getpid()))
+        time.sleep(300)
+    os._exit(0)
+os.wait()
+print("leader done", flush=True)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_process_that_left_the_jobs_group_dies_with_the_job(
+    start_daemon: Callable[..., DaemonProc], tmp_path: Path
+) -> None:
+    d = start_daemon(gpus="1")
+    pidfile = tmp_path / "escaped.pid"
+    jid = d.submit([sys.executable, "-c", ESCAPER, str(pidfile)])
+    wait_until(_ended(d, [jid]), 30, "the job")
+    assert _history(d)[jid]["state"] == "COMPLETED"
+    escaped = int(pidfile.read_text())
+    try:
+        wait_until(lambda: not _alive(escaped), 10, "the escaped process to be killed")
+    finally:
+        if _alive(escaped):
+            os.kill(escaped, signal.SIGKILL)
 
 
 def test_client_errors_are_one_clear_line(start_daemon: Callable[..., DaemonProc], tmp_path: Path) -> None:

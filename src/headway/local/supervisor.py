@@ -4,11 +4,16 @@ The daemon starts one supervisor per job in a new session, so it outlives a daem
 claims the attempt (see runs.py), runs the job's argv in its own process group as the submitting user,
 enforces the time limit (SIGTERM, grace, SIGKILL), turns SIGTERM sent to itself into a cancellation, and
 records the end in `status.json` before it exits. Standard library only, so it starts fast.
+
+It is the job's child subreaper (Linux): a process that leaves the job's group with setsid() and is
+orphaned (a daemonised data loader, `nohup ... &` under setsid) is re-parented to the supervisor, not to
+init, so it stays in the supervisor's process tree and dies with the job instead of keeping its GPU.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import functools
 import os
@@ -40,6 +45,60 @@ def _open_log(path: str, uid: int, gid: int) -> int:
 def _killpg(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> bool:
+    """Orphans of the job's processes come back to us (Linux >= 3.4); False where that is not possible."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _descendants(root: int) -> set[int]:
+    """Every live process below `root` in the process tree (from /proc; zombies left out)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # it exited meanwhile
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after the last ')'
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if fields and fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in found:
+                found.add(c)
+                todo.append(c)
+    return found
+
+
+def _signal_tree(sig: int, skip: int) -> int:
+    """Send `sig` to every process below this supervisor but `skip` (the job's leader, still unreaped);
+    how many there were."""
+    pids = _descendants(os.getpid()) - {skip}
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, sig)
+    return len(pids)
+
+
+def _reap_orphans() -> None:
+    """Collect re-parented orphans' exit statuses (after the leader's), so that none lingers as a zombie."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
 
 
 def _exited(pid: int) -> bool:
@@ -105,12 +164,20 @@ def _run(spec: dict[str, Any]) -> dict[str, Any]:
     if not _wait_until(pid, deadline, stop_on_cancel=True):
         state = "CANCELLED" if _cancel else "TIMEOUT"
         _killpg(pid, signal.SIGTERM)
+        _signal_tree(signal.SIGTERM, skip=pid)
         if not _wait_until(pid, time.time() + grace, stop_on_cancel=False):
             _killpg(pid, signal.SIGKILL)
             _wait_until(pid, None, stop_on_cancel=False)
-    # Leftover processes of the job's group die with it, while the zombie leader still holds the group id.
+    # Leftover processes of the job's group die with it, while the zombie leader still holds the group id;
+    # so do those that left the group (setsid), found below us in the tree. A few rounds catch forks
+    # made while the first were being killed.
     _killpg(pid, signal.SIGKILL)
+    for _ in range(50):
+        if not _signal_tree(signal.SIGKILL, skip=pid):
+            break
+        time.sleep(0.02)
     _, status = os.waitpid(pid, 0)
+    _reap_orphans()
     proc.returncode = os.waitstatus_to_exitcode(status)
     end = time.time()
     rc = proc.returncode
@@ -128,6 +195,7 @@ def main(argv: list[str]) -> int:
     spec = runs.read_json(rdir / runs.SPEC)
     if spec is None:
         return 2
+    _become_subreaper()
     lock = os.open(rdir / runs.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(lock, fcntl.LOCK_EX)  # held until exit: tells the daemon this supervisor is alive
     if not runs.try_claim(rdir, {"by": "supervisor", "pid": os.getpid(), "start_time": time.time()}):
