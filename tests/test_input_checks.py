@@ -286,3 +286,10 @@ def test_without_multifactor_the_ratios_are_to_the_first_policy() -> None:
     assert table.caption is not None and "ratio to impact" in str(table.caption)
     cells = [str(c) for c in table.columns[1].cells]
     assert "0.50x" in cells[1] and "\n" not in cells[0]  # the baseline's own cell has no ratio line
+
+
+def test_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    res = CliRunner().invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.stdout.strip() == f"headway {version('headway')}"

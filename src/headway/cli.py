@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from headway import __version__
 from headway.commands import audit, demo, ingest, predict, simulate
 from headway.commands import daemon as daemon_cmd
 from headway.commands import queue as queue_cmd
@@ -18,6 +21,24 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"headway {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print headway's version and exit."),
+    ] = False,
+) -> None:
+    """Make shared GPU clusters spend their GPU-hours on jobs that finish: read job logs, audit waste,
+    predict outcomes, rank and simulate queues."""
+
 
 app.command("ingest")(ingest.ingest)
 app.command("export")(ingest.export)
