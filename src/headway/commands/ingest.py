@@ -14,7 +14,7 @@ from rich.table import Table
 from headway.console import err, fail, out, print_json, print_skipped, print_table
 from headway.traces.base import BadInputError, ReadOptions, ReadResult
 from headway.traces.compressed import plain_file, relabel
-from headway.traces.registry import FORMATS, get_reader, sniff
+from headway.traces.registry import FORMATS, read, sniff
 
 if TYPE_CHECKING:
     from headway.store import JobStore
@@ -48,10 +48,9 @@ def _read_plain(plain: Path, path: Path, fmt: str, opts: ReadOptions, quiet: boo
         chosen = sniff(plain, has_mapping=opts.mapping is not None)
         if not quiet:
             err.print(f"{escape(str(path))}: detected format [bold]{chosen}[/]")
-    reader = get_reader(chosen)
     size = plain.stat().st_size if plain.is_file() else 0
     if quiet or size < 8 * 1024 * 1024 or not err.is_terminal:  # rich leaves a blank line off a terminal
-        return reader.read(plain, opts)
+        return read(chosen, plain, opts)
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -65,7 +64,7 @@ def _read_plain(plain: Path, path: Path, fmt: str, opts: ReadOptions, quiet: boo
         def advance(n: int) -> None:
             progress.update(task, completed=n)
 
-        return reader.read(plain, dataclasses.replace(opts, progress=advance))
+        return read(chosen, plain, dataclasses.replace(opts, progress=advance))
 
 
 def ingest(

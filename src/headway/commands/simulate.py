@@ -217,7 +217,7 @@ def load_jobs(
     from headway.store import JobStore, StoreError
     from headway.traces.base import ReadOptions
     from headway.traces.compressed import plain_file
-    from headway.traces.registry import FORMATS, get_reader, sniff
+    from headway.traces.registry import FORMATS, read, sniff
 
     if trace is not None and db is not None:
         fail("give either a TRACE file or --db, not both")
@@ -243,7 +243,7 @@ def load_jobs(
         try:
             with plain_file(trace) as plain:
                 chosen = fmt if fmt != "auto" else "csv" if mapping is not None else sniff(plain)
-                res = get_reader(chosen).read(plain, ReadOptions(tz=tz, mapping=mapping))
+                res = read(chosen, plain, ReadOptions(tz=tz, mapping=mapping))
         except BadInputError as e:
             fail(str(e))
         except (OSError, UnicodeError) as e:
@@ -366,7 +366,8 @@ def fmt_metric(name: str, v: float | int | None) -> str:
     if name.startswith("bounded_slowdown") or name == "jain_fairness":
         return f"{float(v):.2f}" if abs(float(v)) < 100 else f"{float(v):,.0f}"
     if name.endswith("gpu_hours"):
-        return f"{float(v):,.0f}"
+        x = float(v)
+        return f"{x:,.0f}" if abs(x) >= 100 or x == 0 else f"{x:.1f}" if abs(x) >= 1 else f"{x:.2f}"
     if isinstance(v, int):
         return f"{v:,}"
     return f"{float(v):.3f}" if abs(float(v)) < 100 else f"{float(v):,.0f}"
@@ -598,7 +599,7 @@ def _left_out(jobs: pa.Table, results: Sequence[SimResult], job_id: str) -> str 
     """Why `job_id` is not in the replay (None when it is)."""
     import pyarrow.compute as pc
 
-    from headway.sim.run import CPU_ONLY, NEVER_RAN, NO_SUBMIT
+    from headway.sim.run import CPU_ONLY, NEVER_RAN, NO_GPUS, NO_SUBMIT
 
     if not results or pc.any(pc.equal(results[0].jobs.column("job_id"), job_id)).as_py():
         return None
@@ -608,6 +609,8 @@ def _left_out(jobs: pa.Table, results: Sequence[SimResult], job_id: str) -> str 
     row = jobs.filter(pc.equal(jobs.column("job_id"), job_id)).to_pylist()[0]
     if row["submit_time"] is None:
         return NO_SUBMIT
+    if row["gpus"] is None:
+        return NO_GPUS
     if row["start_time"] is None or row["end_time"] is None:
         return NEVER_RAN
     return CPU_ONLY + " (--include-cpu adds such jobs)"
@@ -616,6 +619,12 @@ def _left_out(jobs: pa.Table, results: Sequence[SimResult], job_id: str) -> str 
 def _left_out_text(counts: Mapping[str, int]) -> str:
     """`897 never started or never ended in the trace, 1,052 CPU-only (0 GPUs)`."""
     return ", ".join(f"{n:,} {reason}" for reason, n in counts.items())
+
+
+def _cpu_hint(counts: Mapping[str, int], include_cpu: bool) -> str:
+    from headway.sim.run import CPU_ONLY
+
+    return "; --include-cpu replays CPU-only jobs too" if counts.get(CPU_ONLY) and not include_cpu else ""
 
 
 def _print_left_out(counts: Mapping[str, int], excluded: Sequence[str]) -> None:
@@ -656,9 +665,21 @@ def _explain_tables(results: Sequence[SimResult], job_id: str) -> tuple[list[Tab
                 for w in recs
             ],
         }
+        preempted = int(job.get("preemptions") or 0)
+        held_back = None  # submit to end, less its own runtime: every wait, and restart penalties
+        if job.get("end") is not None and job.get("runtime") is not None and wait is not None:
+            held_back = float(job["end"]) - float(job["submit"]) - float(job["runtime"])
+        data[r.policy]["preemptions"] = preempted
+        data[r.policy]["waited_in_all"] = held_back
+        started = f"started after {fmt_seconds(wait)}"
+        if preempted:
+            started = (
+                f"first started after {fmt_seconds(wait)}, preempted {preempted} time(s), "
+                f"{fmt_seconds(held_back)} waiting or restarting in all"
+            )
         title = (
             f"{r.policy}: job {job_id} submitted at {fmt_seconds(job.get('submit'))}, "
-            f"started after {fmt_seconds(wait)} ({len(recs)} scheduling passes while it waited)"
+            f"{started} ({len(recs)} scheduling passes while it waited)"
         )
         t = Table(title=title, caption="one row per stretch of passes in the same tier and reservation state")
         for c in ("from", "to", "passes", "rank", "resv. at"):
@@ -759,7 +780,10 @@ def simulate(
     )
     if results and results[0].jobs.num_rows == 0:
         _print_left_out(results[0].excluded_counts, results[0].excluded)
-        fail(f"{info.label}: every job was left out of the simulation (see above); nothing to compare")
+        fail(
+            f"{info.label}: every job was left out of the simulation (see above); nothing to compare"
+            + _cpu_hint(results[0].excluded_counts, include_cpu)
+        )
     metrics = {r.policy: compute(r) for r in results}
     capacity = results[0].capacity_gpus if results else float(spec.capacity_gpus)
     figs = reference_for(load) if wants_reference(reference, info, capacity) else []
@@ -979,7 +1003,7 @@ def sweep(
     if results and all(not r.metrics.get("jobs") for r in results):
         fail(
             f"{info.label}: every job was left out of the simulation ({_left_out_text(counts)}); "
-            "nothing to compare"
+            "nothing to compare" + _cpu_hint(counts, include_cpu)
         )
     if as_json:
         print_json(

@@ -8,6 +8,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from headway.policy.placement import fits_empty, max_nodes_for
@@ -22,6 +23,8 @@ NEVER_RAN = "never started or never ended in the trace"
 CPU_ONLY = "CPU-only (0 GPUs)"
 TOO_BIG = "larger than the cluster"
 NO_SUBMIT = "no submit time"
+NO_GPUS = "no GPU count in the trace"
+REPEATED = "listed again later in the trace (the last listing is replayed, as the store keeps it)"
 
 
 def default_predictor_factory(seed: int = 0) -> OnlinePredictor:
@@ -65,6 +68,20 @@ def _objects(col: pa.ChunkedArray) -> np.ndarray:
     return np.asarray(col.to_pylist(), dtype=object)
 
 
+def _listed_again(t: pa.Table) -> npt.NDArray[np.bool_]:
+    """Rows whose (source, job id) comes again further down: the store keeps the last of them."""
+    n = t.num_rows
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    keys = t.select(["source", "job_id"]).append_column("_i", pa.array(np.arange(n, dtype=np.int64)))
+    last = keys.group_by(["source", "job_id"], use_threads=False).aggregate([("_i", "max")])
+    if last.num_rows == n:
+        return np.zeros(n, dtype=bool)
+    out = np.ones(n, dtype=bool)
+    out[last.column("_i_max").to_numpy()] = False
+    return out
+
+
 def prepare(
     jobs: pa.Table, spec: ClusterSpec, *, load: float | None = None, include_cpu: bool = False
 ) -> tuple[JobArrays, Truth, list[str], dict[str, int], float, float]:
@@ -77,11 +94,17 @@ def prepare(
     ran = np.asarray(
         pa.compute.and_(start_raw.is_valid(), end_raw.is_valid()).to_numpy(zero_copy_only=False), dtype=bool
     )
-    gpus = np.nan_to_num(_floats(t.column("gpus")), nan=0.0)
+    raw_gpus = _floats(t.column("gpus"))
+    gpus = np.nan_to_num(raw_gpus, nan=0.0)
     nodes = np.nan_to_num(_floats(t.column("nodes")), nan=1.0).astype(np.int64)
     counts: dict[str, int] = {}
-    keep = has_submit.copy()
-    counts[NO_SUBMIT] = int((~has_submit).sum())
+    keep = ~_listed_again(t)
+    counts[REPEATED] = int((~keep).sum())
+    counts[NO_SUBMIT] = int((keep & ~has_submit).sum())
+    keep &= has_submit
+    unknown_gpus = keep & np.isnan(raw_gpus)
+    counts[NO_GPUS] = int(unknown_gpus.sum())
+    keep &= ~unknown_gpus
     never = keep & ~ran
     counts[NEVER_RAN] = int(never.sum())
     keep &= ran

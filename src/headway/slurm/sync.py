@@ -238,6 +238,7 @@ class History:
     def fetch(self, runner: Runner, since: str, source: str, now: float) -> list[JobRecord]:
         """New or changed ended jobs from `sacct -a -X -P` since the last read; the reader is traces/sacct."""
         from headway.traces.base import BadInputError, ReadOptions
+        from headway.traces.checks import tidy
         from headway.traces.sacct import READER, parse_since, sacct_command
 
         start = self.next_since
@@ -257,7 +258,7 @@ class History:
                 from headway.schema import table_to_records
 
                 try:
-                    result = READER.read(path, ReadOptions(source=source))
+                    result = tidy(READER.read(path, ReadOptions(source=source)))
                 except BadInputError as e:
                     raise SlurmError(f"sacct output: {e}") from e
                 records = table_to_records(result.table)

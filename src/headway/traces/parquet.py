@@ -66,7 +66,7 @@ class ParquetReader:
             ),
             (pc.fill_null(pc.less(table.column("gpus"), 0.0), False), "gpus: negative"),
         )
-        bad = pa.array([False] * n)
+        bad = pa.array([False] * n, pa.bool_())
         found: dict[int, str] = {}  # row -> the first rule it breaks
         for mask, reason in checks:
             for i in pc.indices_nonzero(pc.and_(mask, pc.invert(bad))).to_pylist():

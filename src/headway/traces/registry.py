@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from headway.traces.base import BadInputError, Reader
+from headway.traces.base import BadInputError, Reader, ReadOptions, ReadResult
+from headway.traces.checks import tidy
 
 # format name -> module path holding a module-level `READER`
 READER_MODULES: dict[str, str] = {
@@ -28,6 +29,11 @@ def get_reader(name: str) -> Reader:
     module = importlib.import_module(READER_MODULES[name])
     reader: Reader = module.READER
     return reader
+
+
+def read(name: str, path: Path, options: ReadOptions) -> ReadResult:
+    """Read `path` with the named reader, then apply the rules every format shares."""
+    return tidy(get_reader(name).read(path, options))
 
 
 def sniff(path: Path, *, has_mapping: bool = False) -> str:

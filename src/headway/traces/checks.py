@@ -1,0 +1,43 @@
+"""Rules every format shares, applied after its reader: values no scheduler means literally are read as
+what they mean, and the user is told how many rows that touched."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from headway.traces.base import ReadResult
+
+
+def _count(mask: pa.ChunkedArray | pa.Array) -> int:
+    return int(pc.sum(pc.fill_null(mask, False)).as_py() or 0)
+
+
+def tidy(res: ReadResult) -> ReadResult:
+    """- A time limit of 0 or less is no limit: Slurm reads `--time=0` so, and a negative one cannot be
+      meant (before, the simulator's backfill and impact's cost took it at face value: a 0-GPU-hour job).
+    - A node count of 0 or less is unknown.
+    - A GPU column with empty cells: the jobs keep an unknown GPU count, and the user learns how many."""
+    t = res.table
+    if t.num_rows == 0:
+        return res
+    for name, what in (
+        ("time_limit", "a time limit of 0 or less: read as no time limit (as Slurm reads --time=0)"),
+        ("nodes", "a node count of 0 or less: read as unknown"),
+    ):
+        col = t.column(name)
+        bad = pc.less_equal(col, pa.scalar(0, col.type))
+        k = _count(bad)
+        if k:
+            fixed = pc.if_else(pc.fill_null(bad, False), pa.scalar(None, col.type), col)
+            t = t.set_column(t.schema.get_field_index(name), name, fixed)
+            res.notes.append(f"{k:,} job(s) with {what}")
+    if "gpus" not in res.missing_fields:
+        k = t.column("gpus").null_count
+        if k:
+            res.notes.append(
+                f"{k:,} job(s) without a GPU count: left unknown (the audit counts them as CPU-only, "
+                "simulate leaves them out)"
+            )
+    res.table = t
+    return res
