@@ -41,6 +41,19 @@ def _ended(d: DaemonProc, ids: list[int]) -> Callable[[], bool]:
     return lambda: set(ids) <= set(_history(d))
 
 
+def _stored(d: DaemonProc) -> int:
+    """Local jobs in the daemon's DuckDB job store (-1 while another process holds it)."""
+    try:
+        con = duckdb.connect(str(d.state_dir / "jobs.duckdb"), read_only=True)
+    except duckdb.Error:
+        return -1
+    try:
+        row = con.execute("SELECT count(*) FROM jobs WHERE source = 'local'").fetchone()
+        return int(row[0]) if row else 0
+    finally:
+        con.close()
+
+
 def test_jobs_end_completed_failed_or_timeout_with_their_gpus_cwd_and_env(
     start_daemon: Callable[..., DaemonProc], tmp_path: Path
 ) -> None:
@@ -66,18 +79,7 @@ def test_jobs_end_completed_failed_or_timeout_with_their_gpus_cwd_and_env(
     assert out.stdout.strip() == f"0,1|from-submitter|{work}"
 
     # Every ended job reaches the DuckDB job store (source 'local'), which the daemon does not keep locked.
-    def stored() -> int:
-        try:
-            con = duckdb.connect(str(d.state_dir / "jobs.duckdb"), read_only=True)
-        except duckdb.Error:
-            return -1
-        try:
-            row = con.execute("SELECT count(*) FROM jobs WHERE source = 'local'").fetchone()
-            return int(row[0]) if row else 0
-        finally:
-            con.close()
-
-    wait_until(lambda: stored() == 4, 20, "ended jobs in the job store")
+    wait_until(lambda: _stored(d) == 4, 20, "ended jobs in the job store")
 
 
 def test_cli_json_lists_pending_and_running_then_history_lists_ended(
@@ -192,15 +194,7 @@ def test_a_store_held_by_another_process_is_retried_with_one_warning(
     store = d.state_dir / "jobs.duckdb"
 
     def stored() -> int:
-        try:
-            con = duckdb.connect(str(store), read_only=True)
-        except duckdb.Error:
-            return -1
-        try:
-            row = con.execute("SELECT count(*) FROM jobs WHERE source = 'local'").fetchone()
-            return int(row[0]) if row else 0
-        finally:
-            con.close()
+        return _stored(d)
 
     first = d.submit(["true"])
     wait_until(_ended(d, [first]), 20, "the first job")

@@ -36,7 +36,7 @@ fail = "FAILED"
 HEADER = "id,user,name,state,submit,start,end,gpus,nodes,limit\n"
 
 
-def _trace(tmp_path: Path, rows: str, users: bool = True) -> list[str]:
+def _trace(tmp_path: Path, rows: str) -> list[str]:
     (tmp_path / "map.toml").write_text(MAPPING)
     csv = tmp_path / "jobs.csv"
     csv.write_text(HEADER + rows)
@@ -49,6 +49,11 @@ def _simulate(args: list[str]) -> tuple[dict[str, Any], str]:
     assert res.exit_code == 0, res.output
     out: dict[str, Any] = json.loads(res.stdout)
     return out, " | ".join(out["trace"]["notes"])
+
+
+def _one_node(tmp_path: Path, rows: str, *extra: str) -> tuple[dict[str, Any], str]:
+    """A replay on one node of 4 GPUs (fifo unless `extra` says otherwise)."""
+    return _simulate([*_trace(tmp_path, rows), "--nodes", "1", "--gpus-per-node", "4", *extra])
 
 
 def test_a_time_limit_of_zero_or_less_is_no_limit_and_does_not_jump_the_queue(tmp_path: Path) -> None:
@@ -70,12 +75,11 @@ def test_a_time_limit_of_zero_or_less_is_no_limit_and_does_not_jump_the_queue(tm
 
 
 def test_bad_node_counts_and_missing_gpu_counts_are_named_not_guessed(tmp_path: Path) -> None:
-    args = _trace(
-        tmp_path,
+    rows = (
         "A,u1,n1,ok,1000000,1000000,1000100,2,0,\nB,u2,n2,ok,1000001,1000001,1000051,,1,\n"
-        "C,u2,n2,ok,1000002,1000002,1000052,1,-3,\n",
+        "C,u2,n2,ok,1000002,1000002,1000052,1,-3,\n"
     )
-    doc, notes = _simulate([*args, "--nodes", "1", "--gpus-per-node", "4", "--policy", "fifo"])
+    doc, notes = _one_node(tmp_path, rows, "--policy", "fifo")
     assert "2 job(s) with a node count of 0 or less: read as unknown" in notes
     assert "1 job(s) without a GPU count: left unknown" in notes
     assert doc["excluded_counts"] == {"no GPU count in the trace": 1}
@@ -83,12 +87,11 @@ def test_bad_node_counts_and_missing_gpu_counts_are_named_not_guessed(tmp_path: 
 
 
 def test_a_job_listed_twice_is_replayed_once_from_its_last_listing(tmp_path: Path) -> None:
-    args = _trace(
-        tmp_path,
+    rows = (
         "A,u1,n1,fail,1000000,1000000,1000100,2,1,\nB,u2,n2,ok,1000001,1000001,1000051,1,1,\n"
-        "A,u1,n1,ok,1000000,1000000,1000300,2,1,\n",
+        "A,u1,n1,ok,1000000,1000000,1000300,2,1,\n"
     )
-    doc, _ = _simulate([*args, "--nodes", "1", "--gpus-per-node", "4", "--policy", "fifo"])
+    doc, _ = _one_node(tmp_path, rows, "--policy", "fifo")
     fifo = doc["policies"]["fifo"]
     assert fifo["jobs"] == 2 and fifo["jobs_successful"] == 2  # A's last listing: COMPLETED, 300 s
     assert list(doc["excluded_counts"].values()) == [1]
@@ -112,11 +115,11 @@ def test_fairness_needs_two_users_and_slowdown_never_drops_below_one(tmp_path: P
         "z0,{u},n,ok,1000000,1000000,1000000,2,1,\nz1,{u},n,ok,1000000,1000000,1000050,2,1,\n"
         "z2,{u},n,ok,1000000,1000000,1000010,2,1,\n"
     )
-    lone, _ = _simulate([*_trace(tmp_path, rows.format(u="u1")), "--nodes", "1", "--gpus-per-node", "4"])
+    lone, _ = _one_node(tmp_path, rows.format(u="u1"))
     for m in lone["policies"].values():
         assert m["jain_fairness"] is None
         assert m["bounded_slowdown_mean"] >= 1.0
-    nobody, _ = _simulate([*_trace(tmp_path, rows.format(u="")), "--nodes", "1", "--gpus-per-node", "4"])
+    nobody, _ = _one_node(tmp_path, rows.format(u=""))
     assert all(m["jain_fairness"] is None for m in nobody["policies"].values())
 
 
