@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from pathlib import Path
@@ -395,3 +396,25 @@ def test_the_weekly_charts_keep_a_week_without_jobs_as_a_gap(tmp_path: Path) -> 
     goodput, wasted, wait = figs["chart-weekly-hours"].data
     assert list(goodput.y) == [1.0, 0.0, 0.0, 0.0] and list(wasted.y) == [0.0, 0.0, 0.0, 1.0]
     assert list(wait.y)[1:3] == [None, None]
+
+
+def test_a_weeks_median_wait_counts_only_jobs_that_started(tmp_path: Path) -> None:
+    jobs = [job(str(i), State.COMPLETED, wait=HOUR) for i in range(3)]
+    jobs += [job(f"p{i}", State.PENDING, runtime=None) for i in range(3)]
+    jobs.append(job("c", State.CANCELLED, runtime=None))
+    r = report_of(store_with(tmp_path, jobs))
+    assert r["waiting"]["overall"]["median_s"] == 3600.0
+    assert [w["median_wait_s"] for w in r["weekly"]] == [3600.0]
+
+
+def test_failures_on_two_clusters_are_not_one_streak_and_a_mixed_store_is_named(tmp_path: Path) -> None:
+    db = tmp_path / "audit.duckdb"
+    a = [job(f"{i}", State.FAILED, submit=T0 + i * HOUR) for i in range(2)]
+    b = [dataclasses.replace(job("1", State.FAILED, submit=T0 + 3 * HOUR), source="other")]
+    with JobStore(db) as s:
+        s.upsert(records_to_table(a + b))
+    r = report_of(db)
+    assert r["repeat_failures"]["streaks"] == 0
+    assert any("the store holds 2 sources (other, test)" in n for n in r["notes"])
+    one = report_of(db, source="test")
+    assert not any("sources" in n for n in one["notes"])

@@ -248,3 +248,22 @@ def test_a_short_row_with_invalid_utf8_is_reported_without_noise_on_stderr(
     assert res.table.num_rows == 2 and res.bad_row_count == 1
     assert res.bad_rows[0].line == 3
     assert unraisable == []
+
+
+def test_times_in_the_repeated_autumn_hour_are_settled_by_elapsed(tmp_path: Path) -> None:
+    f = tmp_path / "fallback.txt"
+    f.write_text(
+        "JobID|State|Submit|Start|End|ElapsedRaw|AllocTRES\n"
+        "1|COMPLETED|2026-11-01T01:40:00|2026-11-01T01:50:00|2026-11-01T01:10:00|1200|gres/gpu=8\n"
+        "2|COMPLETED|2026-11-01T00:30:00|2026-11-01T00:30:00|2026-11-01T01:30:00|7200|gres/gpu=8\n"
+        "3|COMPLETED|2026-11-01T00:30:00|2026-11-01T00:30:00|2026-11-01T01:30:00|3600|gres/gpu=8\n"
+    )
+    res = READER.read(f, ReadOptions(tz="America/New_York"))
+    assert res.bad_row_count == 0
+    jobs = {r.job_id: r for r in table_to_records(res.table)}
+    runtimes = {}
+    for k, r in jobs.items():
+        assert r.start_time is not None and r.end_time is not None
+        runtimes[k] = (r.end_time - r.start_time).total_seconds()
+    assert runtimes == {"1": 1200.0, "2": 7200.0, "3": 3600.0}
+    assert jobs["1"].end_time == dt.datetime(2026, 11, 1, 6, 10, tzinfo=dt.UTC)  # 01:10 EST

@@ -69,7 +69,7 @@ def test_a_time_limit_of_zero_or_less_is_no_limit_and_does_not_jump_the_queue(tm
     doc, notes = _simulate(
         [*args, "--nodes", "1", "--gpus-per-node", "4", "--policy", "impact,multifactor", "--explain", "B"]
     )
-    assert "2 job(s) with a time limit of 0 or less: read as no time limit" in notes
+    assert "2 row(s) with a time limit of 0 or less: read as no time limit" in notes
     for policy in ("impact", "multifactor"):
         assert doc["explain"][policy]["queue_delay"] == 99.0, policy
 
@@ -80,8 +80,8 @@ def test_bad_node_counts_and_missing_gpu_counts_are_named_not_guessed(tmp_path: 
         "C,u2,n2,ok,1000002,1000002,1000052,1,-3,\n"
     )
     doc, notes = _one_node(tmp_path, rows, "--policy", "fifo")
-    assert "2 job(s) with a node count of 0 or less: read as unknown" in notes
-    assert "1 job(s) without a GPU count: left unknown" in notes
+    assert "2 row(s) with a node count of 0 or less: read as unknown" in notes
+    assert "1 row(s) without a GPU count: left unknown" in notes
     assert doc["excluded_counts"] == {"no GPU count in the trace": 1}
     assert doc["policies"]["fifo"]["jobs"] == 2
 
@@ -137,3 +137,17 @@ def test_explain_of_a_preempted_job_counts_every_wait_not_only_the_first(tmp_pat
     assert a["waited_in_all"] == doc["explain"]["las"]["job"]["end"] - 20_000.0 > 10_000.0
     text = runner.invoke(app, ["simulate", *las]).stdout
     assert "preempted" in text and "waiting or restarting in all" in text
+
+
+def test_a_gpu_count_no_cluster_has_is_a_bad_row_and_the_store_still_audits(tmp_path: Path) -> None:
+    args = _trace(
+        tmp_path,
+        "A,u1,n1,ok,1000000,1000000,1000100,1e19,1,\nB,u1,n1,ok,1000000,1000000,1000100,2,1,\n",
+    )
+    db = tmp_path / "s.duckdb"
+    ing = runner.invoke(app, ["ingest", *args, "--db", str(db), "--json"])
+    assert ing.exit_code == 0, ing.output
+    f = json.loads(ing.stdout)["files"][0]
+    assert f["jobs_stored"] == 1 and "GPU count is over 1,000,000" in str(f["bad_row_examples"])
+    audit = runner.invoke(app, ["audit", "--db", str(db), "--json"])
+    assert audit.exit_code == 0 and json.loads(audit.stdout)["totals"]["gpu_hours"] > 0

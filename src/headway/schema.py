@@ -80,6 +80,9 @@ JOB_SCHEMA = pa.schema(
 
 FIELD_NAMES: tuple[str, ...] = tuple(JOB_SCHEMA.names)
 # Fields every reader must fill; the rest may be null when the log lacks them.
+# No job asks for more GPUs than this (the largest clusters have about 100k); a reader takes a bigger
+# count for a broken row (1e19 GPUs was stored, and every audit of that store then failed).
+MAX_GPUS = 1_000_000
 REQUIRED_FIELDS: tuple[str, ...] = ("job_id", "state", "source")
 
 

@@ -124,7 +124,8 @@ class _Q:
         where = " WHERE " + " AND ".join(conds) if conds else ""
         scope = "" if include_cpu else " AND gpus > 0"
         select = (
-            f'SELECT * FROM (SELECT "user", "group", name, partition, coalesce(gpus, 0) AS gpus, state, '
+            'SELECT * FROM (SELECT source, "user", "group", name, partition, coalesce(gpus, 0) AS gpus, '
+            "state, "
             f"{_OUTCOME_SQL} AS outcome, submit_time, coalesce(end_time, start_time, submit_time) AS t, "
             f"runtime, wait, gpu_hours, time_limit, hash(job_id) AS tie FROM jobs_v{where}) WHERE true{scope}"
         )
@@ -265,7 +266,8 @@ def _repeat_failures(q: _Q, top: int, min_run: int, wasted: float) -> dict[str, 
     waste_states = [st.value for st in WASTE_STATES]
     code = "CASE state " + " ".join(f"WHEN '{st}' THEN {i}" for i, st in enumerate(waste_states)) + " END"
     flags = ", ".join(f"bool_or(sc = {i}) AS has_{i}" for i in range(len(waste_states)))
-    key = 'hash("user", coalesce(name, "group"), name IS NULL)'
+    # The source is part of the key: a user's failures on two clusters are not one streak.
+    key = 'hash(source, "user", coalesce(name, "group"), name IS NULL)'
     # The sort carries only numbers (key hash, time, tie hash); names are looked up for the top rows alone.
     rows = q.rows(
         f", seq AS (SELECT {key} AS key, outcome = 'waste' AS bad, CAST({code} AS UTINYINT) AS sc, "
@@ -518,7 +520,8 @@ def _weekly(q: _Q) -> list[dict[str, Any]]:
         f"coalesce(sum(gpu_hours) FILTER ({_ENDED}), 0), "
         "coalesce(sum(gpu_hours) FILTER (outcome = 'success'), 0), "
         "coalesce(sum(gpu_hours) FILTER (outcome = 'waste'), 0), "
-        f"{q.qf}(greatest(wait, 0), 0.5) "
+        # Started jobs only, as in `waiting` (greatest(NULL, 0) is 0: a pending job read as no wait).
+        f"{q.qf}(greatest(wait, 0), 0.5) FILTER (wait IS NOT NULL) "
         "FROM a WHERE submit_time IS NOT NULL GROUP BY wk ORDER BY wk"
     )
     out = []
@@ -655,6 +658,12 @@ def audit_report(
     step("weekly")
     report["weekly"] = _weekly(q)
     report["notes"] = _notes(report, include_cpu)
+    held = sources(con) if source is None else [source]
+    if len(held) > 1:
+        report["notes"].append(
+            f"the store holds {len(held)} sources ({', '.join(held[:5])}{', ...' if len(held) > 5 else ''}), "
+            "audited together; --source NAME audits one"
+        )
     report["comparison"] = None
     if vs is not None:
         step("comparison")

@@ -87,7 +87,14 @@ def parse_window(since: str | None, until: str | None, *, anchor: dt.datetime | 
     lo = parse_time(since, anchor=anchor) if since else None
     hi = parse_time(until, anchor=anchor, end=True) if until else None
     if lo is not None and hi is not None and hi <= lo:
-        raise PeriodError(f"empty window: {lo.isoformat()} is not before {hi.isoformat()}")
+        # Name the bounds as typed (a bare end date stands for the end of its day, not the next midnight).
+        shown = (since or "").strip(), (until or "").strip()
+        raise PeriodError(
+            f"empty window: {shown[0]} ({lo.isoformat()}) is not before the end of {shown[1]} "
+            f"({hi.isoformat()})"
+            if len(shown[1]) == 10 and not is_relative(shown[1])
+            else f"empty window: {shown[0]} ({lo.isoformat()}) is not before {shown[1]} ({hi.isoformat()})"
+        )
     return Window(lo, hi)
 
 

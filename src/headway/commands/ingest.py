@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+import pyarrow.compute as pc
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
@@ -235,7 +236,12 @@ def _ingest_all(
                 fail(error)
             summary.append({"path": label, "error": error, "jobs_stored": 0, "notes": []})
             continue
-        src = opts.source or res.format
+        # A Parquet export keeps each row's own source: name those, not the format.
+        src = opts.source or (
+            ",".join(sorted(str(x) for x in pc.unique(res.table.column("source")).to_pylist()))
+            if res.table.num_rows
+            else res.format
+        )
         stored = store.upsert(res.table)
         if store.last_repeats:  # (counted by the upsert's own duplicate check)
             res.notes.append(

@@ -31,12 +31,12 @@ def tidy(res: ReadResult) -> ReadResult:
         if k:
             fixed = pc.if_else(pc.fill_null(bad, False), pa.scalar(None, col.type), col)
             t = t.set_column(t.schema.get_field_index(name), name, fixed)
-            res.notes.append(f"{k:,} job(s) with {what}")
+            res.notes.append(f"{k:,} row(s) with {what}")
     if "gpus" not in res.missing_fields:
         k = t.column("gpus").null_count
         if k:
             res.notes.append(
-                f"{k:,} job(s) without a GPU count: left unknown (the audit counts them as CPU-only, "
+                f"{k:,} row(s) without a GPU count: left unknown (the audit counts them as CPU-only, "
                 "simulate leaves them out)"
             )
     res.table = t

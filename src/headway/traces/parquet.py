@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headway.schema import JOB_SCHEMA, State, conform
+from headway.schema import JOB_SCHEMA, MAX_GPUS, State, conform
 from headway.traces.base import BadInputError, BadRowSink, ReadOptions, ReadResult
 
 MAGIC = b"PAR1"
@@ -65,6 +65,10 @@ class ParquetReader:
                 "ends before it starts",
             ),
             (pc.fill_null(pc.less(table.column("gpus"), 0.0), False), "gpus: negative"),
+            (
+                pc.fill_null(pc.greater(table.column("gpus"), float(MAX_GPUS)), False),
+                f"gpus: over {MAX_GPUS:,}",
+            ),
         )
         bad = pa.array([False] * n, pa.bool_())
         found: dict[int, str] = {}  # row -> the first rule it breaks
@@ -76,7 +80,12 @@ class ParquetReader:
         for i in sorted(found):
             sink.add(str(path), i + 1, found[i])  # the row's number in the file, 1-based
         table = table.filter(pc.invert(bad))
-        absent = [f.name for f in JOB_SCHEMA if f.name not in raw.column_names]
+        # A column that is there but empty throughout (an export of a log without names) is missing too.
+        absent = [
+            f.name
+            for f in JOB_SCHEMA
+            if f.name not in raw.column_names or (n and table.column(f.name).null_count == table.num_rows)
+        ]
         return ReadResult(
             table=table,
             format=self.name,

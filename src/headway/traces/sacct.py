@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -93,6 +94,38 @@ STATE_MAP: dict[str, State] = {
 }
 
 
+def _settle_repeated_hour(
+    f: tb.Frame, raw: tb.RawColumns, tz: str, start: pa.Array, end: pa.Array, elapsed: pa.Array
+) -> tuple[pa.Array, pa.Array]:
+    """Start and End in the hour that repeats when clocks go back could be either occurrence: sacct's
+    local times do not say, its Elapsed does. Each job keeps the first reading (both earliest) unless
+    another one matches Elapsed to the second and it does not (before, a 20-minute job that ended in
+    the repeated hour ended "before it started" and was skipped, and a 2-hour one lost an hour)."""
+
+    def us(a: pa.Array) -> npt.NDArray[np.float64]:
+        return np.asarray(a.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+    s0, e0 = us(start), us(end)
+    want = np.asarray(elapsed.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64) * 1e6
+    off = np.abs(e0 - s0 - want)
+    if not (off >= 1e6).any():  # NaN (no end yet) compares false: every job agrees with its Elapsed
+        return start, end
+    late_s = f.timestamp(raw.get("Start"), "Start", TIME_FORMATS, tz, ambiguous="latest", check=False)
+    late_e = f.timestamp(raw.get("End"), "End", TIME_FORMATS, tz, ambiguous="latest", check=False)
+    s1, e1 = us(late_s), us(late_e)
+    out_s, out_e = s0.copy(), e0.copy()
+    settled = ~(off >= 1e6)
+    for cs, ce in ((s0, e1), (s1, e1), (s1, e0)):
+        hit = ~settled & (np.abs(ce - cs - want) < 1e6)
+        out_s[hit], out_e[hit] = cs[hit], ce[hit]
+        settled |= hit
+
+    def ts(x: npt.NDArray[np.float64]) -> pa.Array:
+        return pa.array(x, pa.float64(), from_pandas=True).cast(pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+
+    return ts(out_s), ts(out_e)
+
+
 class SacctReader:
     name = "sacct"
 
@@ -151,6 +184,10 @@ class SacctReader:
                 provided.add(field_name)
 
         elapsed = self._elapsed(f, raw)
+        if elapsed is not None and tz != "UTC" and "start_time" in cols and "end_time" in cols:
+            cols["start_time"], cols["end_time"] = _settle_repeated_hour(
+                f, raw, tz, cols["start_time"], cols["end_time"], elapsed
+            )
         if "end_time" not in cols and "start_time" in cols and elapsed is not None:
             # No End column: a job that ended did so Elapsed after it started.
             ended = pc.is_in(state, value_set=pa.array([s.value for s in _ENDED]))

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headway.schema import JOB_SCHEMA, State, conform
+from headway.schema import JOB_SCHEMA, MAX_GPUS, State, conform
 from headway.traces.base import BadInputError, BadRowSink, ReadOptions, ReadResult
 
 CHUNK_BYTES = 16 * 1024 * 1024
@@ -575,10 +575,15 @@ class Frame:
         formats: Sequence[str],
         tz: str | None,
         epoch_unit: str | None = None,
+        *,
+        ambiguous: str = "earliest",
+        check: bool = True,
     ) -> pa.Array:
         """UTC timestamps from strings in one of `formats` (tried in order); naive ones are in `tz`.
 
-        With `epoch_unit`, plain numbers are read as epoch times in that unit (s, ms, us) as well.
+        With `epoch_unit`, plain numbers are read as epoch times in that unit (s, ms, us) as well. A
+        local time repeated when clocks go back is read as its `ambiguous` ("earliest" or "latest")
+        occurrence; `check=False` reads again without flagging rows (a second reading of one column).
         """
         if values is None:
             return pa.nulls(self.n, pa.timestamp("us", tz="UTC"))
@@ -596,13 +601,14 @@ class Frame:
                 break
             parsed = pc.strptime(todo, format=fmt, unit="us", error_is_null=True)
             if "%z" not in fmt and tz is not None and tz != "UTC":
-                parsed = pc.assume_timezone(parsed, timezone=tz, ambiguous="earliest", nonexistent="latest")
+                parsed = pc.assume_timezone(parsed, timezone=tz, ambiguous=ambiguous, nonexistent="latest")
             parsed = parsed.cast(pa.timestamp("us", tz="UTC"))
             out = parsed if out is None else pc.coalesce(out, parsed)
         assert out is not None
-        self.flag(
-            pc.and_(pc.is_valid(s), pc.is_null(out)), f"{what}: not a time in the expected format", values
-        )
+        if check:
+            self.flag(
+                pc.and_(pc.is_valid(s), pc.is_null(out)), f"{what}: not a time in the expected format", values
+            )
         return out
 
     def epoch(
@@ -654,6 +660,7 @@ class Frame:
         gpus = columns.get("gpus")
         if gpus is not None:
             self.flag(pc.less(gpus, 0), "GPU count is negative")
+            self.flag(pc.greater(gpus, MAX_GPUS), f"GPU count is over {MAX_GPUS:,}")
 
     def finish(
         self, columns: dict[str, pa.Array], options: ReadOptions, fmt: str, sink: BadRowSink | None = None
