@@ -143,3 +143,49 @@ def test_a_fresh_queue_does_not_give_every_new_job_0_or_100_percent() -> None:
             o.observe_end(EndedJob(job(i, "ann", "x"), t + i, t + i + 1, state))
         p = float(o.predict([job(10, "bob", "y")], t + 10).p_success[0])
         assert low < p < high, (state, p)
+
+
+def test_jobs_cancelled_before_they_started_are_no_history() -> None:
+    """An admin's clean-up of queued jobs is not a run of failures: it leaves every prediction alone."""
+    clean, cleaned = OnlinePredictor(), OnlinePredictor()
+    t = 1000.0
+    for i in range(20):  # the user's record: 20 successes
+        for p in (clean, cleaned):
+            p.observe_end(EndedJob(_job(i, t, "bob"), t + 10, t + 500.0, "COMPLETED"))
+        t += 600.0
+    for i in range(450):  # 450 queued jobs of another user, cancelled before any started
+        j = _job(1000 + i, t, "ann")
+        cleaned.observe_end(EndedJob(j, t + 60, t + 60, "CANCELLED", started=False))
+    now = t + 120.0
+    probe = [_job(5000, now, "bob"), _job(5001, now, "carol")]
+    a, b = clean.predict(probe, now), cleaned.predict(probe, now)
+    assert np.allclose(a.p_success, b.p_success)
+    # A job that ran and was cancelled is still history.
+    ran = OnlinePredictor()
+    ran.observe_end(EndedJob(_job(7, 10.0, "bob"), 20.0, 500.0, "CANCELLED"))
+    fresh = OnlinePredictor()
+    probe2 = [_job(8, 600.0, "bob")]
+    assert ran.predict(probe2, 600.0).p_success[0] < fresh.predict(probe2, 600.0).p_success[0]
+
+
+def test_features_count_no_job_cancelled_before_it_started() -> None:
+    import pyarrow as pa
+
+    table = make_history(200, seed=4, users=3, days=2)
+    state = np.asarray(table.column("state").to_pylist(), dtype=object)
+    start = table.column("start_time")
+    never = np.zeros(len(state), dtype=bool)
+    never[::7] = True
+    table = table.set_column(
+        table.schema.get_field_index("state"), "state", pa.array(np.where(never, "CANCELLED", state).tolist())
+    )
+    table = table.set_column(
+        table.schema.get_field_index("start_time"),
+        "start_time",
+        pa.array([None if n else v for n, v in zip(never, start.to_pylist(), strict=True)], start.type),
+    )
+    frame = build_features(table)
+    by_id = dict(zip(frame.job_id.tolist(), frame.ended.tolist(), strict=True))
+    ids = table.column("job_id").to_pylist()
+    assert not any(by_id[ids[i]] for i in np.flatnonzero(never))
+    assert sum(by_id.values()) == len(ids) - int(never.sum())

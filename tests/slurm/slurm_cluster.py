@@ -386,10 +386,6 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
-
-
 def _ancestors() -> set[int]:
     """This process and its parents up to init."""
     out, pid = set(), os.getpid()
@@ -401,3 +397,7 @@ def _ancestors() -> set[int]:
             break
         pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state: the parent's pid
     return out
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -231,7 +231,13 @@ def submitted_for_predictor(job: LocalJob) -> SubmittedJob:
 
 def ended_for_predictor(job: LocalJob) -> EndedJob:
     start = job.start_time if job.start_time is not None else job.end_time or job.submit_time
-    return EndedJob(submitted_for_predictor(job), float(start), float(job.end_time or start), job.state.value)
+    return EndedJob(
+        submitted_for_predictor(job),
+        float(start),
+        float(job.end_time or start),
+        job.state.value,
+        started=job.start_time is not None,
+    )
 
 
 def predicted_events(predictor: Any, jobs: Sequence[LocalJob], now: float) -> list[Predicted]:
@@ -314,7 +320,7 @@ def build_predictor(store: Path, extra: Sequence[Path] = (), model: Path | None 
             nodes=int(r["nodes"] or 1),
             time_limit=float(r["time_limit"]) if r["time_limit"] is not None else None,
         )
-        pred.observe_end(EndedJob(job, start, end, r["state"]))
+        pred.observe_end(EndedJob(job, start, end, r["state"], started=r["start_time"] is not None))
     if model is not None and model.exists():
         try:
             pred.model = Predictor.load(model)

@@ -40,10 +40,17 @@ class EndedJob:
     start_time: float
     end_time: float
     state: str  # headway.schema.State value
+    started: bool = True  # False: it never ran (start_time is then a stand-in); see is_outcome
 
     @property
     def runtime(self) -> float:
         return max(self.end_time - self.start_time, 0.0)
+
+
+def is_outcome(state: str, started: bool) -> bool:
+    """Whether a job's end tells how jobs run: one cancelled before it started neither ran nor failed. (As
+    history, an admin's clean-up of 450 queued jobs read as 450 failures and sank everyone's P(complete).)"""
+    return started or state != "CANCELLED"
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,18 @@ DENSE_EPS = 1e-9  # inclusive edges, so runtimes exactly 2x apart count whatever
 ENDED = frozenset(s.value for s in ENDED_STATES)
 SUCCESS = State.COMPLETED.value
 
+
+def _labelled(
+    state: npt.NDArray[np.object_], start: npt.NDArray[np.float64], end: npt.NDArray[np.float64]
+) -> npt.NDArray[np.bool_]:
+    """Ended with a known final state and end time, and not cancelled before it started (api.is_outcome):
+    the jobs with a label, and the only ones the history features count."""
+    out: npt.NDArray[np.bool_] = (
+        np.isin(state, list(ENDED)) & ~np.isnan(end) & (~np.isnan(start) | (state != State.CANCELLED.value))
+    )
+    return out
+
+
 # History features, in the order `RollingState.row` returns them.
 HISTORY_FEATURES: tuple[str, ...] = (
     "user_jobs_ended",
@@ -847,7 +859,7 @@ class FeatureFrame:
     @property
     def ended(self) -> npt.NDArray[np.bool_]:
         """Jobs with a known final state and end time: the only ones with a label."""
-        return np.isin(self.state, list(ENDED)) & ~np.isnan(self.end)
+        return _labelled(self.state, self.start, self.end)
 
     @property
     def success(self) -> npt.NDArray[np.bool_]:
@@ -1260,7 +1272,7 @@ def build_features(table: pa.Table, *, include_cpu: bool = False, method: str = 
     users = _objects(table.column("user"))
     groups = _objects(table.column("group"))
     names = _objects(table.column("name"))
-    ended = np.isin(state, list(ENDED)) & ~np.isnan(end)
+    ended = _labelled(state, start, end)
     gpus = np.nan_to_num(_floats(table.column("gpus")), nan=0.0)
     fn = _sweep_history if method == "sweep" else _vector_history
     h_arr = fn(users, groups, names, submit, start, end, state, ended, gpus)

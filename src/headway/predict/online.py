@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from headway.predict.api import EndedJob, Predictions, SubmittedJob
+from headway.predict.api import EndedJob, Predictions, SubmittedJob, is_outcome
 from headway.predict.features import (
     CATEGORICAL_FEATURES,
     HISTORY_FEATURES,
@@ -198,6 +198,8 @@ class OnlinePredictor:
     # -- api.OnlinePredictor -------------------------------------------------------------------------
     def observe_end(self, ended: EndedJob) -> None:
         """Queue one job's end; it reaches the rolling state once the clock is strictly past it."""
+        if not is_outcome(ended.state, ended.started):
+            return
         heapq.heappush(self._ends, (ended.end_time, self._seq, ended))
         self._seq += 1
 

@@ -418,6 +418,7 @@ class SlurmSync:
                     start_time=_epoch(r.start_time) or _epoch(r.end_time) or 0.0,
                     end_time=_epoch(r.end_time) or 0.0,
                     state=r.state.value,
+                    started=r.start_time is not None,
                 )
             )
             self.fed.add(r.job_id)
