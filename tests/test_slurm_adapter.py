@@ -23,6 +23,7 @@ from headway.slurm.queue import (
     parse_sprio_long,
     parse_squeue_json,
     parse_squeue_text,
+    settle_throttles,
 )
 from headway.slurm.runner import Runner, SlurmDenied, SlurmDown, SlurmMissing, classify
 from headway.slurm.sitefactor import Change, FactorRange, apply_changes, map_ranks, plan_changes
@@ -139,6 +140,20 @@ def test_pending_array_tasks_are_one_record_named_as_slurm_names_them() -> None:
     assert (arr_t.job_id, arr_t.display_id, arr_t.tasks) == ("19", "19_[4-9%2]", 6)
     assert (task_t.job_id, task_t.display_id, task_t.tasks) == ("23", "19_0", 1)
     assert (plain_t.display_id, plain_t.tasks) == ("20", 1)
+
+
+def test_a_throttle_with_a_free_slot_holds_nothing_whatever_slurm_still_says() -> None:
+    """Slurm 22.05 kept `JobArrayTaskLimit` on array 518 (`%1`) for minutes after its one running task
+    ended on a full cluster; taken at its word, the array sat at the bottom while it could start."""
+    row = "|PENDING|bob|(null)|sweep|gpu|normal|2026-11-29T15:19:38|N/A|10:00|1|gres:gpu:1|N/A|10000|"
+    stale = parse_squeue_text(f"518{row}JobArrayTaskLimit|518_[1-5%1]|\n")
+    (job,) = settle_throttles(stale)
+    assert not job.cannot_start and job.reason == "stale JobArrayTaskLimit (0 of 1 running)"
+    # With its one task running, the throttle is real: left alone, as before.
+    busy = row.replace("PENDING", "RUNNING")
+    real = parse_squeue_text(f"518{row}JobArrayTaskLimit|518_[2-5%1]|\n519{busy}None|518_1|\n")
+    held, running = settle_throttles(real)
+    assert held.cannot_start and held.reason == "JobArrayTaskLimit" and running.state == "RUNNING"
 
 
 def test_array_task_lists_count_and_contain_what_slurm_means() -> None:
@@ -364,6 +379,12 @@ def test_jobs_held_or_waiting_on_a_dependency_are_left_alone(
     ranked = {r.job_id for r in report.plan.rows}
     assert held not in ranked and dep not in ranked and len(ranked) == 17
     assert max(r.target for r in report.plan.rows) == 100000  # the top goes to a job that can start
+    # A held job keeps no SiteFactor from when it was ranked: it goes to the range's low end.
+    (fake_slurm / "sites").write_text(f"{held}|88000\n{dep}|0\n")
+    again = sync.run_pass()
+    assert again.plan is not None
+    resets = [c for c in again.plan.changes if c.job_id in (held, dep)]
+    assert [(c.job_id, c.old, c.new) for c in resets] == [(held, 88000, 0)]
 
 
 def test_ended_jobs_read_in_a_pass_that_failed_are_stored_by_the_next(

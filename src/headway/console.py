@@ -71,7 +71,9 @@ def jsonable(obj: Any) -> Any:
     return obj
 
 
-def print_json(obj: Any) -> None:
-    """JSON to stdout, nothing else, so `--json` output pipes cleanly."""
-    sys.stdout.write(json.dumps(jsonable(obj), indent=2, default=str, allow_nan=False) + "\n")
+def print_json(obj: Any, *, one_line: bool = False) -> None:
+    """JSON to stdout, nothing else, so `--json` output pipes cleanly; `one_line` for a stream of objects
+    (one per line, as log tools and `jq -c` read them)."""
+    text = json.dumps(jsonable(obj), indent=None if one_line else 2, default=str, allow_nan=False)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()

@@ -44,9 +44,9 @@ def parse_interval(text: str) -> float:
     return value
 
 
-def _print_report(report: PassReport, as_json: bool, verbose: bool) -> None:
+def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool = False) -> None:
     if as_json:
-        print_json(report.to_json())
+        print_json(report.to_json(), one_line=stream)  # the loop writes one object a line
         return
     if not report.ok and report.plan is None:
         err.print(f"[yellow]pass {report.seq}:[/] {report.error}; nothing written")
@@ -90,8 +90,17 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool) -> None:
         out.print(f"left alone (no GPUs requested): {', '.join(plan.skipped_cpu_only)}")
     if plan.skipped_waiting:
         waiting = ", ".join(f"{j} ({why})" for j, why in plan.skipped_waiting.items())
-        out.print(f"left alone (cannot start whatever their priority): {waiting}")
-    summary = f"{len(plan.changes)} to change, {len(plan.rows) - len(plan.changes)} unchanged"
+        out.print(
+            "left alone (cannot start whatever their priority; a SiteFactor from before goes to the "
+            f"range's low end): {waiting}"
+        )
+    distinct = len({r.target for r in plan.rows})
+    if distinct < len(plan.rows):
+        out.print(
+            f"[yellow]note:[/] {len(plan.rows):,} jobs ranked onto {distinct:,} SiteFactor values: "
+            "neighbours share one, so Slurm may start them in either order (widen --range)"
+        )
+    summary = f"{len(plan.changes)} to change, {plan.unchanged} unchanged"
     if report.dry_run:
         out.print(f"{summary}; dry run: nothing written (add --apply to write SiteFactors)")
     else:
@@ -152,6 +161,12 @@ def sync(
     if (problem := live_policy_error(policy)) is not None:
         fail(problem)
     _check_since(since)
+    if rng.lo < 0:
+        err.print(
+            f"[yellow]note:[/] --range {factor_range}: Slurm floors a job's priority at 1, so jobs whose "
+            f"other factors add up to less than {-rng.lo:,} end up tied at 1 and lose headway's order; "
+            "a range from 0 keeps it"
+        )
     opts = SyncOptions(rng=rng, apply=apply, db=db, source=source, since=since, policy=policy)
     runner = Runner()
     try:
@@ -173,7 +188,11 @@ def sync(
         stop = threading.Event()  # SIGTERM (a service manager stopping us) ends the loop between passes
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         run_loop(
-            syncer, every, lambda r: _print_report(r, as_json, verbose), stop=stop, max_passes=max_passes
+            syncer,
+            every,
+            lambda r: _print_report(r, as_json, verbose, stream=True),
+            stop=stop,
+            max_passes=max_passes,
         )
     except (SlurmMissing, SlurmDenied) as e:
         fail(str(e))

@@ -10,7 +10,7 @@ import datetime as dt
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from headway.slurm.runner import Runner, SlurmError
 from headway.traces.sacct_json import unwrap
@@ -336,11 +336,35 @@ def parse_squeue_text(text: str) -> list[QueueJob]:
     return out
 
 
+_THROTTLE = re.compile(r"%(\d+)\]$")
+
+
+def settle_throttles(jobs: Sequence[QueueJob]) -> list[QueueJob]:
+    """Pending arrays Slurm says are held by their throttle (`JobArrayTaskLimit`) while fewer of their tasks
+    run than `%N` allows: Slurm 22.05 leaves that reason in place for minutes after a task ends on a full
+    cluster, so taken at its word the array was left at the bottom while it could start. Their reason is
+    rewritten so that they are ranked; a real throttle (N tasks running) keeps it."""
+    running: dict[str, int] = {}
+    for j in jobs:
+        if j.state == "RUNNING" and j.slurm_id and "_" in j.slurm_id:
+            base = j.slurm_id.split("_", 1)[0]
+            running[base] = running.get(base, 0) + 1
+    out = []
+    for j in jobs:
+        m = _THROTTLE.search(j.slurm_id or "")
+        if j.state == "PENDING" and m and (j.reason or "").startswith("JobArrayTaskLimit"):
+            base, limit = (j.slurm_id or "").split("_", 1)[0], int(m.group(1))
+            if running.get(base, 0) < limit:
+                j = replace(j, reason=f"stale JobArrayTaskLimit ({running.get(base, 0)} of {limit} running)")
+        out.append(j)
+    return out
+
+
 def read_queue(runner: Runner) -> tuple[list[QueueJob], str]:
     """Pending and running jobs, from `squeue --json`, or from `squeue -O` where JSON is not built in."""
     res = runner.run("squeue", ["--json"], check=False)
     if res.returncode == 0 and res.stdout.lstrip().startswith("{"):
-        return parse_squeue_json(res.stdout), "squeue --json"
+        return settle_throttles(parse_squeue_json(res.stdout)), "squeue --json"
     if res.returncode != 0 and res.stderr:
         from headway.slurm.runner import SlurmDown, classify
 
@@ -348,7 +372,7 @@ def read_queue(runner: Runner) -> tuple[list[QueueJob], str]:
         if isinstance(err, SlurmDown):
             raise err
     text = runner.run("squeue", squeue_text_args()).stdout
-    return parse_squeue_text(text), "squeue -O"
+    return settle_throttles(parse_squeue_text(text)), "squeue -O"
 
 
 SINFO_ARGS = ["-N", "-h", "-O", "NodeList:|,Gres:|,GresUsed:|,StateLong:|"]

@@ -108,6 +108,11 @@ class Plan:
         name = self.resolve(job)
         return next((r for r in self.rows if r.display_id == name), None)
 
+    @property
+    def unchanged(self) -> int:
+        """Ranked jobs whose SiteFactor is already what the plan wants."""
+        return sum(1 for r in self.rows if r.current == r.target)
+
 
 @dataclass(slots=True)
 class PassReport:
@@ -153,7 +158,7 @@ class PassReport:
             "skipped_cpu_only": p.skipped_cpu_only if p else [],
             "skipped_waiting": p.skipped_waiting if p else {},
             "planned_changes": len(p.changes) if p else 0,
-            "unchanged": (len(p.rows) - len(p.changes)) if p else 0,
+            "unchanged": p.unchanged if p else 0,
             "applied": [{"job_id": c.job_id, "old": c.old, "new": c.new} for c in self.applied],
             "failed": self.failed,
             "scontrol_calls": self.commands,
@@ -493,8 +498,16 @@ class SlurmSync:
                         tasks=j.tasks,
                     )
                 )
+        # A job left alone keeps no stale SiteFactor from when it was ranked (or from another --range): it
+        # goes to the bottom of the range, and is ranked again once it can start.
+        resets = {
+            j.job_id: opts.rng.lo
+            for j in pending_all
+            if j.gpus > 0 and j.cannot_start and current.get(j.job_id) not in (None, opts.rng.lo)
+        }
         changes = plan_changes(
-            {r.job_id: r.target for r in rows}, {r.job_id: r.current for r in rows if r.current is not None}
+            {r.job_id: r.target for r in rows} | resets,
+            {r.job_id: r.current for r in rows if r.current is not None} | {k: current[k] for k in resets},
         )
         return Plan(
             read_at=read_at,
