@@ -3,6 +3,7 @@ sync pass driven through stand-in Slurm commands (shell scripts on PATH) to prov
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import stat
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from headway.predict.api import EndedJob, Predictions, SubmittedJob
 from headway.slurm.queue import (
@@ -26,7 +29,14 @@ from headway.slurm.queue import (
     settle_throttles,
 )
 from headway.slurm.runner import Runner, SlurmDenied, SlurmDown, SlurmMissing, classify
-from headway.slurm.sitefactor import Change, FactorRange, apply_changes, map_ranks, plan_changes
+from headway.slurm.sitefactor import (
+    Change,
+    FactorRange,
+    apply_changes,
+    map_ranks,
+    place_ranks,
+    plan_changes,
+)
 from headway.slurm.sync import PassReport, Plan, SlurmSync, SyncOptions, run_loop
 
 SLURM = "slurm-22.05"
@@ -200,6 +210,49 @@ def test_ranks_map_evenly_onto_the_range_best_first() -> None:
             FactorRange.parse(bad)
 
 
+def test_a_start_or_an_end_rewrites_no_other_job_and_an_arrival_only_itself() -> None:
+    rng = FactorRange(0, 100000)
+    order = [f"j{i}" for i in range(452)]
+    first = place_ranks(order, {}, rng)
+    vals = [first[j] for j in order]
+    assert vals == sorted(vals, reverse=True) and len(set(vals)) == 452
+    # One job starts: the rest keep their values (before, 451 of 452 were rewritten).
+    after_start = order[:100] + order[101:]
+    assert place_ranks(after_start, first, rng) == {j: first[j] for j in after_start}
+    # One arrives in the middle, one ranks best, one worst: each is the only job written.
+    for pos in (200, 0, len(after_start)):
+        new_order = [*after_start[:pos], "new", *after_start[pos:]]
+        placed = place_ranks(new_order, first, rng)
+        assert [j for j in new_order if placed[j] != first.get(j)] == ["new"]
+        got = [placed[j] for j in new_order]
+        assert got == sorted(got, reverse=True) and len(set(got)) == len(got)
+    # Two jobs swap places: the fewest moves, and the order is exact.
+    swapped = order.copy()
+    swapped[10], swapped[11] = swapped[11], swapped[10]
+    placed = place_ranks(swapped, first, rng)
+    assert sum(placed[j] != first[j] for j in order) == 1
+    got = [placed[j] for j in swapped]
+    assert got == sorted(got, reverse=True) and len(set(got)) == len(got)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 60), min_size=1, max_size=60, unique=True),
+    st.dictionaries(st.integers(0, 60), st.integers(-50, 400), max_size=60),
+    st.sampled_from([(0, 100), (0, 100000), (-20, 20), (5, 300)]),
+)
+def test_placed_values_always_keep_the_order_exactly_within_the_range(
+    order: list[int], current: dict[int, int], bounds: tuple[int, int]
+) -> None:
+    rng = FactorRange(*bounds)
+    jobs = [str(i) for i in order]
+    placed = place_ranks(jobs, {str(k): v for k, v in current.items()}, rng)
+    got = [placed[j] for j in jobs]
+    assert all(rng.lo <= v <= rng.hi for v in got)
+    if len(jobs) <= rng.hi - rng.lo + 1:  # room for every job: a strict order
+        assert all(a > b for a, b in itertools.pairwise(got))
+
+
 def test_only_changed_values_are_planned() -> None:
     changes = plan_changes({"1": 10, "2": 20, "3": 30}, {"1": 10, "2": 5})
     assert [(c.job_id, c.old, c.new) for c in changes] == [("2", 5, 20), ("3", None, 30)]
@@ -260,7 +313,9 @@ def test_dry_run_plans_every_pending_gpu_job_and_writes_nothing(fake_slurm: Path
     rank = {r.job_id: r.rank for r in report.plan.rows}
     assert max(rank[j] for j in ("11", "12", "13")) < min(rank[j] for j in ("5", "6", "7"))
     targets = [r.target for r in report.plan.rows]
-    assert targets == sorted(targets, reverse=True) and targets[0] == 100000 and targets[-1] == 0
+    # A first spread: the middle three quarters of the range, best first, every value distinct.
+    assert targets == sorted(targets, reverse=True) and len(set(targets)) == len(targets)
+    assert (targets[0], targets[-1]) == (87500, 12500)
 
 
 def test_apply_writes_changed_values_in_batches_and_reports_failures_per_job(
@@ -270,15 +325,15 @@ def test_apply_writes_changed_values_in_batches_and_reports_failures_per_job(
     sync = SlurmSync(_runner(fake_slurm), SyncOptions(apply=True, db=db), predictor_factory=RatePredictor)
     report = sync.run_pass()
     calls = (fake_slurm / "scontrol.log").read_text().splitlines()
-    assert report.plan is not None and len(report.plan.changes) == 18  # the one mapped to 0 is unchanged
-    assert len(calls) == 18 and report.commands == 1  # one scontrol process for the whole batch
+    assert report.plan is not None and len(report.plan.changes) == 19  # every job: all were at 0
+    assert len(calls) == 19 and report.commands == 1  # one scontrol process for the whole batch
     assert all(c.startswith("update JobId=") and "SiteFactor=" in c for c in calls)
     written = {
         c.split()[1].removeprefix("JobId="): int(c.split()[2].removeprefix("SiteFactor=")) for c in calls
     }
     assert written == {c.job_id: c.new for c in report.plan.changes}
     assert list(report.failed) == ["13"] and "already finished" in report.failed["13"]
-    assert len(report.applied) == 17 and report.ok
+    assert len(report.applied) == 18 and report.ok
     assert db.exists()  # new history stored with --apply
     # Next pass: Slurm now has the values (bar job 13), so only job 13 is retried.
     sites = {c.job_id: c.new for c in report.applied}
@@ -378,7 +433,7 @@ def test_jobs_held_or_waiting_on_a_dependency_are_left_alone(
     assert report.plan.skipped_waiting == {held: "JobHeldUser", dep: "Dependency"}
     ranked = {r.job_id for r in report.plan.rows}
     assert held not in ranked and dep not in ranked and len(ranked) == 17
-    assert max(r.target for r in report.plan.rows) == 100000  # the top goes to a job that can start
+    assert max(r.target for r in report.plan.rows) == 87500  # the top goes to a job that can start
     # A held job keeps no SiteFactor from when it was ranked: it goes to the range's low end.
     (fake_slurm / "sites").write_text(f"{held}|88000\n{dep}|0\n")
     again = sync.run_pass()

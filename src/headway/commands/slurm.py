@@ -123,7 +123,12 @@ def sync(
         ),
     ] = False,
     factor_range: Annotated[
-        str, typer.Option("--range", help="SiteFactor range LO:HI; the best-ranked job gets HI, the last LO.")
+        str,
+        typer.Option(
+            "--range",
+            help="SiteFactor range LO:HI: the order is kept with as few rewrites as possible; a first spread "
+            "uses the middle three quarters, best highest.",
+        ),
     ] = "0:100000",
     db: DbOpt = None,
     since: Annotated[

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -47,6 +49,84 @@ def map_ranks(order: Sequence[str], rng: FactorRange) -> dict[str, int]:
         return {order[0]: rng.hi}
     span = rng.hi - rng.lo
     return {job: rng.hi - round(i * span / (n - 1)) for i, job in enumerate(order)}
+
+
+def _longest_descending(vals: Sequence[int | None]) -> list[int]:
+    """Positions of a longest strictly decreasing run of the known values, in order (O(n log n))."""
+    import bisect
+
+    tails: list[int] = []  # tails[k]: the smallest negated value that ends a run of length k + 1
+    tail_pos: list[int] = []
+    back: dict[int, int] = {}
+    for i, v in enumerate(vals):
+        if v is None:
+            continue
+        k = bisect.bisect_left(tails, -v)
+        if k == len(tails):
+            tails.append(-v)
+            tail_pos.append(i)
+        else:
+            tails[k], tail_pos[k] = -v, i
+        back[i] = tail_pos[k - 1] if k else -1
+    out: list[int] = []
+    i = tail_pos[-1] if tail_pos else -1
+    while i >= 0:
+        out.append(i)
+        i = back[i]
+    return out[::-1]
+
+
+def place_ranks(order: Sequence[str], current: Mapping[str, int], rng: FactorRange) -> dict[str, int]:
+    """SiteFactors that put `order` (best first) exactly in order while rewriting as few jobs as it can.
+
+    Slurm ranks by the values, not by how evenly they are spread, so a job whose value already sits in
+    order keeps it: the longest run of such jobs stays, and every other job (new, or moved) goes between
+    its kept neighbours. Spreading every pass from scratch rewrote nearly the whole queue at each start or
+    end (451 of 452 jobs on the live test cluster after one start). A fresh spread uses the middle three
+    quarters of the range, leaving room at both ends for jobs that arrive best or worst; when a gap has
+    no room left, the queue is spread afresh."""
+    n = len(order)
+    if n == 0:
+        return {}
+    span = rng.hi - rng.lo
+    margin = span // 8
+    band = FactorRange(rng.lo + margin, rng.hi - margin) if span - 2 * margin >= n else rng
+
+    def fresh() -> dict[str, int]:
+        return map_ranks(order, band)
+
+    # 0 is Slurm's default, what every job has before headway wrote anything: not a place to keep.
+    vals = [v if (v := current.get(j)) and rng.lo <= v <= rng.hi else None for j in order]
+    kept = _longest_descending(vals)
+    if not kept:
+        return fresh()
+    value = {i: v for i in kept if (v := vals[i]) is not None}
+    nominal = max((band.hi - band.lo) / max(n - 1, 1), 1.0)
+    out = {order[i]: v for i, v in value.items()}
+    for a, b in itertools.pairwise([-1, *kept, n]):
+        todo = order[a + 1 : b]
+        k = len(todo)
+        if not k:
+            continue
+        upper, lower = value.get(a), value.get(b)
+        if upper is not None and lower is not None:
+            if upper - lower - 1 < k:
+                return fresh()
+            step = (upper - lower) / (k + 1)
+            placed = [upper - math.floor((i + 1) * step) for i in range(k)]
+        elif lower is not None:  # above the best kept job: just above it, at the queue's usual spacing
+            step = min(nominal, (rng.hi - lower) / k)
+            if step < 1:
+                return fresh()
+            placed = [lower + math.floor(step * (k - i)) for i in range(k)]
+        else:  # below the worst kept job
+            assert upper is not None
+            step = min(nominal, (upper - rng.lo) / k)
+            if step < 1:
+                return fresh()
+            placed = [upper - math.floor(step * (i + 1)) for i in range(k)]
+        out.update(zip(todo, placed, strict=True))
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,14 @@ from headway.slurm.queue import (
     read_site_factors,
 )
 from headway.slurm.runner import Runner, SlurmDenied, SlurmDown, SlurmError, SlurmMissing
-from headway.slurm.sitefactor import ApplyReport, Change, FactorRange, apply_changes, map_ranks, plan_changes
+from headway.slurm.sitefactor import (
+    ApplyReport,
+    Change,
+    FactorRange,
+    apply_changes,
+    place_ranks,
+    plan_changes,
+)
 
 HALF_LIFE_S = 7 * 86400.0  # Slurm's default PriorityDecayHalfLife, for fair-share usage
 HISTORY_MARGIN_S = 600.0  # re-read this much before the last history read (late accounting records)
@@ -477,7 +484,7 @@ class SlurmSync:
             )
             ranking = rank_jobs(snap, opts.policy)
             order_ids = [str(ranking.job_id[int(i)]) for i in ranking.order]
-            target = map_ranks(order_ids, opts.rng)
+            target = place_ranks(order_ids, current, opts.rng)
             for rank, pos in enumerate(ranking.order, start=1):
                 p = int(pos)
                 j = pending[p]
