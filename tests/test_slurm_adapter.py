@@ -152,6 +152,19 @@ def test_pending_array_tasks_are_one_record_named_as_slurm_names_them() -> None:
     assert (plain_t.display_id, plain_t.tasks) == ("20", 1)
 
 
+def test_the_text_fallback_counts_gpus_per_task_and_per_socket() -> None:
+    """`squeue -O` rows as Slurm 22.05 printed them for `-n 3 --gpus-per-task=2` and `--gpus-per-socket=1`
+    (the text path read both as CPU-only jobs)."""
+    text = (
+        "1|PENDING|root|root|wrap|gpu|normal|2026-11-30T08:13:46|N/A|UNLIMITED|1|N/A|N/A|10000|Resources|1|3|"
+        "gres:gpu:2|N/A|\n"
+        "2|PENDING|root|root|wrap|gpu|normal|2026-11-30T08:13:46|N/A|UNLIMITED|1|N/A|N/A|10000|Resources|2|1|"
+        "N/A|gres:gpu:1|\n"
+    )
+    per_task, per_socket = parse_squeue_text(text)
+    assert (per_task.gpus, per_socket.gpus) == (6.0, 1.0)
+
+
 def test_a_throttle_with_a_free_slot_holds_nothing_whatever_slurm_still_says() -> None:
     """Slurm 22.05 kept `JobArrayTaskLimit` on array 518 (`%1`) for minutes after its one running task
     ended on a full cluster; taken at its word, the array sat at the bottom while it could start."""

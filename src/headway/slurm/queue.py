@@ -88,18 +88,37 @@ _GRES_SPEC = re.compile(r"gres[:/]gpu(?::[A-Za-z0-9_.-]+)?[:=](\d+)")
 _STATES = ("PENDING", "RUNNING")
 
 
-def gpus_from_tres(req: str | None, per_node: str | None, per_job: str | None, nodes: int) -> float:
-    """Total GPUs a job asks for: tres_req `gres/gpu=N` (a total), else per-job, else per-node x nodes."""
+def _gres_count(spec: str | None) -> int:
+    if not spec or spec in ("N/A", "(null)"):
+        return 0
+    return sum(int(m) for m in _GRES_SPEC.findall(spec))
+
+
+def gpus_from_tres(
+    req: str | None,
+    per_node: str | None,
+    per_job: str | None,
+    nodes: int,
+    *,
+    per_task: str | None = None,
+    tasks: int = 1,
+    per_socket: str | None = None,
+) -> float:
+    """Total GPUs a job asks for: tres_req `gres/gpu=N` (a total), else per-job, else per-node x nodes,
+    else per-task x tasks, else per-socket x nodes (one socket each at least: squeue does not say how many
+    a pending job gets)."""
     if req:
         m = _GRES_TOTAL.search(req)
         if m:
             return float(m.group(1))
-    if per_job and per_job not in ("N/A", "(null)"):
-        total = sum(int(m) for m in _GRES_SPEC.findall(per_job))
-        if total:
-            return float(total)
-    if per_node and per_node not in ("N/A", "(null)"):
-        return float(sum(int(m) for m in _GRES_SPEC.findall(per_node)) * max(nodes, 1))
+    for count, times in (
+        (_gres_count(per_job), 1),
+        (_gres_count(per_node), max(nodes, 1)),
+        (_gres_count(per_task), max(tasks, 1)),
+        (_gres_count(per_socket), max(nodes, 1)),
+    ):
+        if count:
+            return float(count * times)
     return 0.0
 
 
@@ -263,6 +282,9 @@ SQUEUE_FIELDS: tuple[str, ...] = (
     "PriorityLong",
     "Reason",
     "JobArrayID",  # after the fields an older headway asked for, so that output still reads
+    "NumTasks",
+    "tres-per-task",
+    "tres-per-socket",
 )
 _OLDEST_FIELDS = SQUEUE_FIELDS.index("PriorityLong") + 1
 
@@ -322,7 +344,15 @@ def parse_squeue_text(text: str) -> list[QueueJob]:
                     qos=_none(c["QOS"]),
                     submit_time=_local_epoch(c["SubmitTime"]) or 0.0,
                     start_time=_local_epoch(c["StartTime"]) if c["State"] == "RUNNING" else None,
-                    gpus=gpus_from_tres(None, _none(c["tres-per-node"]), _none(c["tres-per-job"]), nodes),
+                    gpus=gpus_from_tres(
+                        None,
+                        _none(c["tres-per-node"]),
+                        _none(c["tres-per-job"]),
+                        nodes,
+                        per_task=_none(c.get("tres-per-task", "")),
+                        tasks=int(c.get("NumTasks") or 1) if (c.get("NumTasks") or "").isdigit() else 1,
+                        per_socket=_none(c.get("tres-per-socket", "")),
+                    ),
                     nodes=nodes,
                     time_limit=parse_duration(c["TimeLimit"]),
                     priority=int(prio) if prio is not None else None,
