@@ -152,6 +152,28 @@ def test_pending_array_tasks_are_one_record_named_as_slurm_names_them() -> None:
     assert (plain_t.display_id, plain_t.tasks) == ("20", 1)
 
 
+def test_heterogeneous_job_components_go_by_slurms_names() -> None:
+    """Het job 7 (`sbatch --gres=gpu:1 : --gres=gpu:2`) as Slurm 22.05 printed it, JSON and text."""
+    base = {"user_name": "root", "submit_time": 1_700_000_000, "node_count": 1, "time_limit": 10}
+    base |= {"partition": "gpu", "qos": "normal", "job_state": "PENDING", "array_job_id": 0}
+    doc = {
+        "jobs": [
+            base | {"job_id": 7, "het_job_id": 7, "het_job_offset": 0, "tres_req_str": "cpu=1,gres/gpu=1"},
+            base | {"job_id": 8, "het_job_id": 7, "het_job_offset": 1, "tres_req_str": "cpu=1,gres/gpu=2"},
+            base | {"job_id": 9, "het_job_id": 0, "het_job_offset": 0, "tres_req_str": "cpu=1,gres/gpu=4"},
+        ]
+    }
+    lead, comp, plain = parse_squeue_json(json.dumps(doc))
+    assert [(j.job_id, j.display_id, j.gpus) for j in (lead, comp, plain)] == [
+        ("7", "7+0", 1.0),
+        ("8", "7+1", 2.0),
+        ("9", "9", 4.0),
+    ]
+    row = "|PENDING|root|root|wrap|gpu|normal|2026-11-30T08:13:46|N/A|UNLIMITED|1|gres:gpu:2|N/A|10000|None|"
+    (text,) = parse_squeue_text(f"8{row}7+1|1|N/A|N/A|\n")
+    assert (text.job_id, text.display_id, text.gpus) == ("8", "7+1", 2.0)
+
+
 def test_the_text_fallback_counts_gpus_per_task_and_per_socket() -> None:
     """`squeue -O` rows as Slurm 22.05 printed them for `-n 3 --gpus-per-task=2` and `--gpus-per-socket=1`
     (the text path read both as CPU-only jobs)."""

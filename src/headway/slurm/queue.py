@@ -39,7 +39,8 @@ class QueueJob:
     priority: int | None
     reason: str | None = None  # Slurm's pending reason (Priority, Resources, JobHeldUser, Dependency, ...)
     # Slurm's own name for the job where it differs from job_id: `19_[4-9]` for the pending tasks of array
-    # 19 (one record, one priority: `scontrol update JobId=19` sets them all), `19_0` for a started task.
+    # 19 (one record, one priority: `scontrol update JobId=19` sets them all), `19_0` for a started task,
+    # `7+1` for component 1 of heterogeneous job 7.
     slurm_id: str | None = None
     tasks: int = 1  # pending tasks this record stands for (an array's), each asking for `gpus`
 
@@ -163,8 +164,19 @@ def _array_name(array_job: object, task_id: object, task_list: object) -> tuple[
     return None, 1
 
 
+def _het_name(het_id: object, offset: object) -> str | None:
+    """`7+1` for component 1 of heterogeneous job 7 (squeue --json het_job_id 0: not one)."""
+    base, off = unwrap(het_id), unwrap(offset)
+    if isinstance(base, int) and not isinstance(base, bool) and base > 0 and isinstance(off, int):
+        return f"{base}+{off}"
+    return None
+
+
 def _text_array_name(job_id: str, array_id: str | None) -> tuple[str | None, int]:
-    """(slurm_id, tasks) from `squeue -O JobArrayID` (`19_[4-9]`, `19_0`, or the job id itself)."""
+    """(slurm_id, tasks) from `squeue -O JobArrayID` (`19_[4-9]`, `19_0`, a het component's `7+1`, or the
+    job id itself)."""
+    if array_id and array_id != job_id and "+" in array_id:
+        return array_id, 1
     if not array_id or array_id == job_id or "_" not in array_id:
         return None, 1
     tail = array_id.split("_", 1)[1]
@@ -236,6 +248,7 @@ def parse_squeue_json(text: str) -> list[QueueJob]:
         slurm_id, tasks = _array_name(
             j.get("array_job_id"), j.get("array_task_id"), j.get("array_task_string")
         )
+        slurm_id = slurm_id or _het_name(j.get("het_job_id"), j.get("het_job_offset"))
         out.append(
             QueueJob(
                 job_id=job_id,

@@ -97,7 +97,8 @@ class Plan:
     # Pending jobs that cannot start whatever their priority (held, waiting on a dependency or a begin
     # time): job id -> Slurm's reason. Not ranked, not written (sprio does not even list them).
     skipped_waiting: dict[str, str] = field(default_factory=dict)
-    # Pending array records: job id -> Slurm's name (`19` -> `19_[4-9]`), so a task id finds its record.
+    # Pending records Slurm names otherwise: job id -> that name (array `19` -> `19_[4-9]`, so a task id
+    # finds its record; het component `8` -> `7+1`).
     arrays: dict[str, str] = field(default_factory=dict)
 
     def resolve(self, job: str) -> str:
@@ -527,7 +528,7 @@ class SlurmSync:
             skipped_cpu_only=skipped,
             changes=changes,
             skipped_waiting=waiting,
-            arrays={j.job_id: j.display_id for j in pending_all if "[" in j.display_id},
+            arrays={j.job_id: j.display_id for j in pending_all if j.display_id != j.job_id},
         )
 
     def run_pass(self) -> PassReport:
