@@ -267,3 +267,33 @@ def test_times_in_the_repeated_autumn_hour_are_settled_by_elapsed(tmp_path: Path
         runtimes[k] = (r.end_time - r.start_time).total_seconds()
     assert runtimes == {"1": 1200.0, "2": 7200.0, "3": 3600.0}
     assert jobs["1"].end_time == dt.datetime(2026, 11, 1, 6, 10, tzinfo=dt.UTC)  # 01:10 EST
+
+
+def test_the_runs_of_a_requeued_job_keep_their_gpu_hours(tmp_path: Path) -> None:
+    """`sacct -D` as Slurm 22.05 printed it for an 8-GPU job requeued after 6 s, then cancelled pending."""
+    f = tmp_path / "requeue.txt"
+    f.write_text(
+        "JobID|State|Submit|Start|End|ElapsedRaw|AllocTRES\n"
+        "9|REQUEUED|2026-11-30T08:17:32|2026-11-30T08:17:34|2026-11-30T08:17:40|6|"
+        "billing=1,cpu=1,gres/gpu:a100=8,gres/gpu=8,node=1\n"
+        "9|CANCELLED by 0|2026-11-30T08:17:40|None|2026-11-30T08:17:58|0|\n"
+        "10|COMPLETED|2026-11-30T08:17:32|2026-11-30T08:17:34|2026-11-30T08:17:40|6|gres/gpu=1\n"
+    )
+    res = READER.read(f, ReadOptions(tz="UTC"))
+    jobs = {r.job_id: r for r in table_to_records(res.table)}
+    assert set(jobs) == {"9@1", "9", "10"}
+    run = jobs["9@1"]
+    assert run.state.value == "PREEMPTED" and run.gpus == 8.0 and run.start_time is not None
+    assert jobs["9"].state.value == "CANCELLED" and jobs["9"].start_time is None
+    assert any("1 requeued runs" in n for n in res.notes)
+
+
+def test_a_requeued_run_is_kept_while_its_job_waits_again(tmp_path: Path) -> None:
+    """The job is pending again, so sacct -D has only the run: it is still a run of its own."""
+    f = tmp_path / "requeue.txt"
+    f.write_text(
+        "JobID|State|Submit|Start|End|ElapsedRaw|AllocTRES\n"
+        "9|REQUEUED|2026-11-30T08:17:32|2026-11-30T08:17:34|2026-11-30T08:17:40|6|gres/gpu=8\n"
+    )
+    (run,) = table_to_records(READER.read(f, ReadOptions(tz="UTC")).table)
+    assert (run.job_id, run.state.value, run.gpus) == ("9@1", "PREEMPTED", 8.0)

@@ -148,7 +148,7 @@ def sync(
 ) -> None:
     """Rank Slurm's pending jobs with headway's policy core and map the ranks onto SiteFactor.
 
-    Reads `squeue --json` (or `squeue -O` text), new history from `sacct -a -X -P` (incrementally), and
+    Reads `squeue --json` (or `squeue -O` text), new history from `sacct -a -X -P -D` (incrementally), and
     current SiteFactors from `sprio`. A dry run (the default) prints the plan and writes nothing, neither
     to Slurm nor to the store; `--apply` writes only changed values and stores the new history. When
     slurmctld does not answer, the pass writes nothing and the loop backs off and retries.

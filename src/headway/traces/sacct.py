@@ -94,6 +94,25 @@ STATE_MAP: dict[str, State] = {
 }
 
 
+def _requeued_runs(
+    job_id: pa.Array, words: pa.Array, skip: npt.NDArray[np.bool_]
+) -> tuple[pa.Array, pa.Array] | None:
+    """`sacct -D` lists each run of a requeued job: the earlier ones as REQUEUED lines with their own start,
+    end and GPUs, then the job's current record (absent while it waits again). Under one id only the last
+    line survived and the runs' GPU-hours were lost. Each REQUEUED line becomes `ID@k` (k counts the job's
+    runs in file order): (new ids, which rows), or None without any."""
+    w = np.asarray(words.to_pylist(), dtype=object)
+    mask = (w == "REQUEUED") & ~skip
+    if not mask.any():
+        return None
+    ids = np.asarray(job_id.to_pylist(), dtype=object)
+    count: dict[object, int] = {}
+    for i in np.flatnonzero(mask).tolist():
+        k = count[ids[i]] = count.get(ids[i], 0) + 1
+        ids[i] = f"{ids[i]}@{k}"
+    return pa.array(ids.tolist(), pa.string()), pa.array(mask)
+
+
 def _settle_repeated_hour(
     f: tb.Frame, raw: tb.RawColumns, tz: str, start: pa.Array, end: pa.Array, elapsed: pa.Array
 ) -> tuple[pa.Array, pa.Array]:
@@ -241,8 +260,19 @@ class SacctReader:
             cols["mem_mb"] = mem
             provided.add("mem_mb")
 
+        runs = _requeued_runs(cols["job_id"], words, f.skip)
+        if runs is not None:
+            renamed, mask = runs
+            cols["job_id"] = renamed
+            cols["state"] = pc.if_else(mask, State.PREEMPTED.value, cols["state"])
         table, sink = f.finish(cols, options, self.name)
         notes = []
+        if runs is not None:
+            k = int(pc.sum(runs[1]).as_py() or 0)
+            notes.append(
+                f"{k:,} requeued runs (`sacct -D`) kept as jobs of their own, ID@1, ID@2, ... in state "
+                "PREEMPTED, so that their GPU-hours count; the job's last record keeps its id"
+            )
         if steps:
             notes.append(f"skipped {steps} job-step lines (N.batch, N.0, ...); use `sacct -X` to omit them")
         return tb.result(table, self.name, f, sink, provided, notes)
@@ -419,12 +449,13 @@ def parse_since(since: str, now: dt.datetime | None = None) -> dt.datetime:
 
 
 def sacct_command(start: dt.datetime, sacct: str = "sacct") -> list[str]:
-    """The argv `fetch_from_slurm` runs (all users, allocations only, parsable, our fields)."""
+    """The argv `fetch_from_slurm` runs (all users, allocations only, parsable, requeued runs, our fields)."""
     return [
         sacct,
         "-a",
         "-X",
         "-P",
+        "-D",  # every run of a requeued job (see _requeued_runs)
         "-o",
         ",".join(SACCT_FIELDS),
         "-S",
@@ -440,7 +471,7 @@ def fetch_from_slurm(since: str, timeout_s: float = 600.0) -> Path:
     exe = shutil.which("sacct")
     if exe is None:
         raise BadInputError(
-            "sacct not found on PATH: run this on a Slurm login node, or save `sacct -a -X -P -o "
+            "sacct not found on PATH: run this on a Slurm login node, or save `sacct -a -X -P -D -o "
             + ",".join(SACCT_FIELDS)
             + "` output to a file and ingest that"
         )
