@@ -293,3 +293,13 @@ def test_version_prints_the_installed_version() -> None:
 
     res = CliRunner().invoke(app, ["--version"])
     assert res.exit_code == 0 and res.stdout.strip() == f"headway {version('headway')}"
+
+
+def test_an_ingest_that_stores_nothing_leaves_no_empty_store_behind(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.txt"
+    junk.write_text("not a job log\n")
+    db = tmp_path / "new.duckdb"
+    res = CliRunner().invoke(app, ["ingest", str(junk), "--db", str(db)])
+    assert res.exit_code == 1 and not db.exists()
+    audit = CliRunner().invoke(app, ["audit", "--db", str(db)])
+    assert audit.exit_code == 1 and "no job store here yet" in audit.stderr

@@ -26,7 +26,7 @@ def _by_id(path: Path, **opts: object) -> dict[str, JobRecord]:
 def test_export_of_the_real_jobs_reads_all_23_with_states_exit_codes_and_gpus() -> None:
     res = READER.read(TABLE, ReadOptions())
     assert res.table.schema == JOB_SCHEMA and res.table.num_rows == 23 and res.bad_row_count == 0
-    assert res.missing_fields == []
+    assert res.missing_fields == ["group"]  # the test cluster has no accounts: empty throughout
     jobs = {r.job_id: r for r in table_to_records(res.table)}
     assert jobs["23"].gpus == 16 and jobs["23"].nodes == 2 and jobs["23"].cpus == 2
     assert jobs["4"].state == "FAILED" and jobs["4"].exit_code == 1  # raw wait status 256

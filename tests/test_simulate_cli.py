@@ -339,3 +339,13 @@ def test_every_job_left_out_is_an_error_not_a_table_of_dashes(trace: Path) -> No
     if res.exit_code == 0:  # (a 1-GPU job may fit: then there is something to compare)
         return
     assert "every job was left out" in " ".join(res.output.split())
+
+
+def test_json_has_the_tables_ratios_also_without_multifactor(trace: Path) -> None:
+    res = runner.invoke(app, ["simulate", str(trace), "--nodes", "4", "--policy", "fifo,las", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["ratios_to_multifactor"] == {} and doc["ratios"]["baseline"] == "fifo"
+    las = doc["ratios"]["policies"]["las"]["time_to_success_mean"]
+    p = doc["policies"]
+    assert las == pytest.approx(p["las"]["time_to_success_mean"] / p["fifo"]["time_to_success_mean"])

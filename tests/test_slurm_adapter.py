@@ -348,6 +348,11 @@ def test_dry_run_plans_every_pending_gpu_job_and_writes_nothing(fake_slurm: Path
     rank = {r.job_id: r.rank for r in report.plan.rows}
     assert max(rank[j] for j in ("11", "12", "13")) < min(rank[j] for j in ("5", "6", "7"))
     targets = [r.target for r in report.plan.rows]
+    # Ties (same submit second, tier and score) go in Slurm's numbering: 5, 6, ..., 10, not 10 first.
+    ties: dict[tuple[str, float], list[int]] = {}
+    for r in report.plan.rows:
+        ties.setdefault((r.tier, r.score), []).append(int(r.job_id))
+    assert all(ids == sorted(ids) for ids in ties.values()) and any(len(ids) > 1 for ids in ties.values())
     # A first spread: the middle three quarters of the range, best first, every value distinct.
     assert targets == sorted(targets, reverse=True) and len(set(targets)) == len(targets)
     assert (targets[0], targets[-1]) == (87500, 12500)

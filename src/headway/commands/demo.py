@@ -15,7 +15,7 @@ DEFAULT_DEMO_DB = Path("headway-demo.duckdb")
 DEFAULT_REPORT = Path("headway-report.html")
 CITATION = (
     "Data: Microsoft Philly job log (Jeon et al., USENIX ATC '19), CC BY 4.0; subset re-published in "
-    "github.com/weifanjiang/DRE. Details: headway/data/ATTRIBUTION.md."
+    "github.com/weifanjiang/DRE. Details: {attribution}."
 )
 
 
@@ -61,7 +61,7 @@ def demo(
             f"[yellow]note:[/] {db} also holds {others:,} other jobs; the audit above covers the sample only "
             f"(source {SOURCE}; `headway audit --db {db}` audits them all)."
         )
-    out.print(f"[dim]{CITATION}[/]")
+    out.print(f"[dim]{CITATION.format(attribution=sample.parent / 'ATTRIBUTION.md')}[/]")
     out.print(f"Jobs stored in [bold]{db}[/] (query it: headway audit --db {db} --by group).")
     out.print(f"HTML report written to [bold]{html}[/] (open it in a browser; it works offline).")
 

@@ -134,12 +134,15 @@ def ingest(
             fail(str(e))
     if not inputs:
         fail("nothing to ingest: give one or more files, or --from-slurm")
-    from headway.store import JobStore, StoreError
+    from headway.store import JobStore, StoreError, default_db_path
 
+    target = db or default_db_path()
+    new_store = not target.exists()
     try:
         store = JobStore(db)
     except StoreError as e:
         fail(str(e))
+    total = 0
     try:
         with store:
             summary = _ingest_all(store, inputs, fmt, fmt_for_slurm, opts, as_json, show_bad)
@@ -148,6 +151,9 @@ def ingest(
         for kind, path in inputs:
             if kind == "slurm":
                 path.unlink(missing_ok=True)
+        if new_store and total == 0:  # nothing stored: leave no empty store that reads as "nothing to audit"
+            for leftover in (target, target.with_name(target.name + ".wal")):
+                leftover.unlink(missing_ok=True)
     failed = [s for s in summary if s.get("error")]
     if as_json:
         print_json({"files": summary, "jobs_in_store": total, "db": str(store.path)})

@@ -85,7 +85,9 @@ SeedOpt = Annotated[
 DbOpt = Annotated[
     Path | None,
     typer.Option(
-        "--db", help="DuckDB job store to read jobs from (default ./headway.duckdb).", show_default=False
+        "--db",
+        help="DuckDB job store to read jobs from (default ./headway.duckdb, or $HEADWAY_DB).",
+        show_default=False,
     ),
 ]
 # The cluster flags default to None so that `build_cluster` can tell them from a --cluster file's nodes.
@@ -111,7 +113,9 @@ NprOpt = Annotated[
 ]
 ClusterOpt = Annotated[
     Path | None,
-    typer.Option("--cluster", help="Cluster from a TOML file (see docs/simulate.md).", show_default=False),
+    typer.Option(
+        "--cluster", help="Cluster from a TOML file (its format: docs/policies.md).", show_default=False
+    ),
 ]
 NodesFileOpt = Annotated[
     Path | None,
@@ -793,6 +797,9 @@ def simulate(
     doc: dict[str, Any] = {
         "policies": metrics,
         "ratios_to_multifactor": _ratios(metrics),
+        # What the table's second lines show: ratios to multifactor, or without it to the first policy
+        # (`--policy impact,impact-oracle`: the oracle's gain over impact).
+        "ratios": _table_ratios(metrics),
         "goals": goals(metrics),
         "cluster": cluster_info(spec),
         "trace": {
@@ -850,6 +857,13 @@ def _ratios(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, flo
     from headway.sim.metrics import ratios
 
     return ratios(metrics, BASELINE) if BASELINE in metrics else {}
+
+
+def _table_ratios(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    from headway.sim.metrics import ratios
+
+    base = BASELINE if BASELINE in metrics else next(iter(metrics), None)
+    return {"baseline": base, "policies": ratios(metrics, base) if base is not None else {}}
 
 
 def _reference_table(rows: Sequence[Mapping[str, Any]], load_txt: str) -> Table:

@@ -69,16 +69,21 @@ def _objects(col: pa.ChunkedArray) -> np.ndarray:
 
 
 def _listed_again(t: pa.Table) -> npt.NDArray[np.bool_]:
-    """Rows whose (source, job id) comes again further down: the store keeps the last of them."""
+    """Rows whose (source, job id) comes again further down: the store keeps the last of them. (No Acero
+    group-by here: tables a Dask worker unpickles have unaligned buffers, and Acero warns on each.)"""
     n = t.num_rows
+    out = np.zeros(n, dtype=bool)
     if n == 0:
-        return np.zeros(0, dtype=bool)
-    keys = t.select(["source", "job_id"]).append_column("_i", pa.array(np.arange(n, dtype=np.int64)))
-    last = keys.group_by(["source", "job_id"], use_threads=False).aggregate([("_i", "max")])
-    if last.num_rows == n:
-        return np.zeros(n, dtype=bool)
-    out = np.ones(n, dtype=bool)
-    out[last.column("_i_max").to_numpy()] = False
+        return out
+    keys = pa.compute.binary_join_element_wise(
+        t.column("source").cast(pa.string()), t.column("job_id").cast(pa.string()), "\x1f"
+    )
+    if pa.compute.count_distinct(keys, mode="all").as_py() == n:
+        return out
+    seen: set[object] = set()
+    for i, k in zip(range(n - 1, -1, -1), reversed(keys.to_pylist()), strict=True):
+        out[i] = k in seen
+        seen.add(k)
     return out
 
 

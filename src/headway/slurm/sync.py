@@ -21,7 +21,7 @@ import numpy as np
 
 from headway.policy.snapshot import FULL_SHARE, ClusterView, PendingJobs, Ranking, RunningJobs, Snapshot
 from headway.predict.api import EndedJob, OnlinePredictor, Predictions, SubmittedJob
-from headway.schema import OUTCOME_OF, JobRecord, Outcome
+from headway.schema import OUTCOME_OF, JobRecord, Outcome, natural_key
 from headway.slurm.queue import (
     SINFO_ARGS,
     NodeGpus,
@@ -468,8 +468,9 @@ class SlurmSync:
         if opts.apply:
             self._store_new(list(self._unstored.values()))  # raises (the pass fails) and keeps them
             self._unstored.clear()
+        # Jobs of one submit second in Slurm's own numbering (10 after 9, not before 5), as everywhere.
         pending_all = sorted(
-            (j for j in jobs if j.state == "PENDING"), key=lambda j: (j.submit_time, j.job_id)
+            (j for j in jobs if j.state == "PENDING"), key=lambda j: (j.submit_time, natural_key(j.job_id))
         )
         running = [j for j in jobs if j.state == "RUNNING"]
         pending = [j for j in pending_all if j.gpus > 0 and not j.cannot_start]
