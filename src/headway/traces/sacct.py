@@ -101,8 +101,10 @@ def _requeued_runs(
     end and GPUs, then the job's current record (absent while it waits again). Under one id only the last
     line survived and the runs' GPU-hours were lost. Each REQUEUED line becomes `ID@k` (k counts the job's
     runs in file order): (new ids, which rows), or None without any."""
-    w = np.asarray(words.to_pylist(), dtype=object)
-    mask = (w == "REQUEUED") & ~skip
+    hit = pc.fill_null(pc.equal(words, "REQUEUED"), False)
+    if not pc.any(hit).as_py():  # the usual case, without a pass over a million strings in Python
+        return None
+    mask = np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool) & ~skip
     if not mask.any():
         return None
     ids = np.asarray(job_id.to_pylist(), dtype=object)
