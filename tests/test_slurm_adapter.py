@@ -482,6 +482,30 @@ def test_jobs_held_or_waiting_on_a_dependency_are_left_alone(
     assert [(c.job_id, c.old, c.new) for c in resets] == [(held, 88000, 0)]
 
 
+def test_a_job_held_after_it_was_ranked_goes_to_the_bottom_though_sprio_hides_it(
+    fake_slurm: Path, tmp_path: Path, shared_traces: Path
+) -> None:
+    doc = json.loads((shared_traces / SLURM / "squeue_pending.json").read_text())
+    (tmp_path / "queue.json").write_text(json.dumps(doc))
+    _script(fake_slurm / "squeue", f'cat "{tmp_path / "queue.json"}"\n')
+    sync = SlurmSync(_runner(fake_slurm), SyncOptions(apply=True, db=tmp_path / "j.duckdb"), RatePredictor)
+    first = sync.run_pass()
+    assert first.plan is not None and first.applied
+    top = first.plan.rows[0].job_id
+    written = next(c.new for c in first.applied if c.job_id == top)
+    # The top job is held now; sprio lists every job but it (as Slurm does for held jobs).
+    for j in doc["jobs"]:
+        if str(j["job_id"]) == top:
+            j["state_reason"] = "JobHeldUser"
+    (tmp_path / "queue.json").write_text(json.dumps(doc))
+    (fake_slurm / "sites").write_text(
+        "".join(f"{c.job_id}|{c.new}\n" for c in first.applied if c.job_id != top)
+    )
+    second = sync.run_pass()
+    assert second.plan is not None and top in second.plan.skipped_waiting
+    assert [(c.old, c.new) for c in second.plan.changes if c.job_id == top] == [(written, 0)]
+
+
 def test_ended_jobs_read_in_a_pass_that_failed_are_stored_by_the_next(
     fake_slurm: Path, tmp_path: Path
 ) -> None:

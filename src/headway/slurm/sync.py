@@ -415,6 +415,9 @@ class SlurmSync:
         # Ended jobs read from sacct but not yet in the store (a pass that failed after the read, e.g. on
         # a locked store): `History` has already moved past them, so they wait here for the next pass.
         self._unstored: dict[str, JobRecord] = {}
+        # SiteFactors this process wrote: sprio does not list held jobs, so a job held after it was
+        # ranked would keep its value unseen (see the resets in `plan`).
+        self.written: dict[str, int] = {}
 
     def _feed(self, now: float) -> None:
         """Tell the predictor about ended jobs it has not seen, in end order, strictly before now."""
@@ -473,6 +476,8 @@ class SlurmSync:
             (j for j in jobs if j.state == "PENDING"), key=lambda j: (j.submit_time, natural_key(j.job_id))
         )
         running = [j for j in jobs if j.state == "RUNNING"]
+        queued = {j.job_id for j in pending_all}
+        self.written = {k: v for k, v in self.written.items() if k in queued}  # started or gone: forget
         pending = [j for j in pending_all if j.gpus > 0 and not j.cannot_start]
         skipped = [j.display_id for j in pending_all if j.gpus <= 0]
         waiting = {j.display_id: j.reason or "" for j in pending_all if j.gpus > 0 and j.cannot_start}
@@ -509,14 +514,15 @@ class SlurmSync:
                 )
         # A job left alone keeps no stale SiteFactor from when it was ranked (or from another --range): it
         # goes to the bottom of the range, and is ranked again once it can start.
+        known = self.written | current  # what sprio shows wins over what this process remembers
         resets = {
             j.job_id: opts.rng.lo
             for j in pending_all
-            if j.gpus > 0 and j.cannot_start and current.get(j.job_id) not in (None, opts.rng.lo)
+            if j.gpus > 0 and j.cannot_start and known.get(j.job_id) not in (None, opts.rng.lo)
         }
         changes = plan_changes(
             {r.job_id: r.target for r in rows} | resets,
-            {r.job_id: r.current for r in rows if r.current is not None} | {k: current[k] for k in resets},
+            {r.job_id: r.current for r in rows if r.current is not None} | {k: known[k] for k in resets},
         )
         return Plan(
             read_at=read_at,
@@ -562,6 +568,7 @@ class SlurmSync:
             )
             return
         applied: ApplyReport = apply_changes(self.runner, plan.changes)
+        self.written.update((c.job_id, c.new) for c in applied.applied)
         report.applied, report.failed, report.commands = applied.applied, applied.failed, applied.commands
         report.ok = applied.aborted is None
         report.error = applied.aborted
