@@ -303,3 +303,18 @@ def test_an_ingest_that_stores_nothing_leaves_no_empty_store_behind(tmp_path: Pa
     assert res.exit_code == 1 and not db.exists()
     audit = CliRunner().invoke(app, ["audit", "--db", str(db)])
     assert audit.exit_code == 1 and "no job store here yet" in audit.stderr
+
+
+def test_a_strict_ingest_that_fails_on_a_later_file_keeps_what_it_stored(tmp_path: Path) -> None:
+    good = tmp_path / "good.txt"
+    good.write_text(
+        "JobID|State|Submit|Start|End|AllocTRES\n1|COMPLETED|2026-01-01T00:00:00|"
+        + ("2026-01-01T00:00:00|2026-01-01T01:00:00|gres/gpu=1\n")
+    )
+    bad = tmp_path / "bad.txt"
+    bad.write_text("JobID|State\n1|garbage|x|y\n")
+    db = tmp_path / "new.duckdb"
+    res = CliRunner().invoke(app, ["ingest", str(good), str(bad), "--db", str(db), "--strict", "--tz", "UTC"])
+    assert res.exit_code == 1 and db.exists()
+    with JobStore(db, read_only=True) as store:
+        assert store.count() == 1

@@ -172,7 +172,8 @@ def test_logs_follow_carries_on_across_a_daemon_restart(
     cmd = [sys.executable, "-m", "headway.cli", "logs", str(jid), "-f", "--state-dir", str(d.state_dir)]
     follower = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_until(lambda: _log(d, jid) == "before\n", 20, "the first line")
+        assert follower.stdout is not None
+        first = follower.stdout.readline()  # the follower has reached the daemon and printed a line
         d.kill(signal.SIGKILL)
         time.sleep(2.0)  # the follower finds no daemon for a while
         assert follower.poll() is None, follower.communicate()
@@ -183,7 +184,7 @@ def test_logs_follow_carries_on_across_a_daemon_restart(
         if follower.poll() is None:
             follower.kill()
     assert follower.returncode == 0, err
-    assert out.split() == ["before", "after"]
+    assert (first + out).split() == ["before", "after"]
     assert "waiting for it to come back" in err and "the daemon is back" in err
 
 
@@ -249,11 +250,31 @@ def test_a_process_that_left_the_jobs_group_dies_with_the_job(
             os.kill(escaped, signal.SIGKILL)
 
 
+def test_orphans_that_end_while_the_job_runs_leave_no_zombies(
+    start_daemon: Callable[..., DaemonProc],
+) -> None:
+    from headway.local import runs
+
+    d = start_daemon(gpus="1")
+    script = "for i in $(seq 200); do sh -c 'sleep 0.01 &'; done; echo spawned; sleep 4"
+    jid = d.submit(["sh", "-c", script])
+    rdir = d.state_dir / "runs" / f"{jid}.0"
+    wait_until(lambda: _log(d, jid) == "spawned\n", 30, "the orphans to be spawned")
+    time.sleep(0.5)
+    supervisor = psutil.Process(int(json.loads((rdir / runs.CLAIM).read_text())["pid"]))
+    zombies = [c for c in supervisor.children() if c.status() == psutil.STATUS_ZOMBIE]
+    assert len(zombies) < 10, len(zombies)  # its subreaper collects them as they end
+    wait_until(_ended(d, [jid]), 30, "the job")
+    assert _history(d)[jid]["state"] == "COMPLETED"
+
+
 def test_client_errors_are_one_clear_line(start_daemon: Callable[..., DaemonProc], tmp_path: Path) -> None:
     nobody = cli("queue", state_dir=tmp_path / "nowhere")
     assert (
         nobody.returncode == 1 and "no headway daemon" in nobody.stderr and "Traceback" not in nobody.stderr
     )
+    follow = cli("logs", "1", "-f", state_dir=tmp_path / "nowhere")  # no daemon ever: no 5-minute wait
+    assert follow.returncode == 1 and "no headway daemon" in follow.stderr
     d = start_daemon(gpus="2")
     big = cli("submit", "--gpus", "3", "--", "true", state_dir=d.state_dir)
     assert big.returncode == 1 and "this server has 2" in big.stderr

@@ -189,3 +189,16 @@ def test_features_count_no_job_cancelled_before_it_started() -> None:
     ids = table.column("job_id").to_pylist()
     assert not any(by_id[ids[i]] for i in np.flatnonzero(never))
     assert sum(by_id.values()) == len(ids) - int(never.sum())
+
+
+def test_a_requeued_jobs_earlier_runs_are_no_history() -> None:
+    fresh, runs, preempted = OnlinePredictor(), OnlinePredictor(), OnlinePredictor()
+    for i in range(30):  # 30 runs of bob's requeued jobs (ID@START), and 30 jobs that ended preempted
+        t = 1000.0 + i * 100
+        j = _job(i, t, "bob")
+        runs.observe_end(EndedJob(j._replace(job_id=f"{i}@20261130T0000{i:02d}Z"), t, t + 50, "PREEMPTED"))
+        preempted.observe_end(EndedJob(j, t, t + 50, "PREEMPTED"))
+    probe = [_job(99, 5000.0, "bob")]
+    p0, p_runs = fresh.predict(probe, 5000.0), runs.predict(probe, 5000.0)
+    assert np.allclose(p0.p_success, p_runs.p_success)
+    assert preempted.predict(probe, 5000.0).p_success[0] < p0.p_success[0]

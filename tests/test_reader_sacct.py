@@ -281,8 +281,8 @@ def test_the_runs_of_a_requeued_job_keep_their_gpu_hours(tmp_path: Path) -> None
     )
     res = READER.read(f, ReadOptions(tz="UTC"))
     jobs = {r.job_id: r for r in table_to_records(res.table)}
-    assert set(jobs) == {"9@1", "9", "10"}
-    run = jobs["9@1"]
+    assert set(jobs) == {"9@20261130T081734Z", "9", "10"}  # a run is named by its start
+    run = jobs["9@20261130T081734Z"]
     assert run.state.value == "PREEMPTED" and run.gpus == 8.0 and run.start_time is not None
     assert jobs["9"].state.value == "CANCELLED" and jobs["9"].start_time is None
     assert any("1 requeued runs" in n for n in res.notes)
@@ -296,4 +296,18 @@ def test_a_requeued_run_is_kept_while_its_job_waits_again(tmp_path: Path) -> Non
         "9|REQUEUED|2026-11-30T08:17:32|2026-11-30T08:17:34|2026-11-30T08:17:40|6|gres/gpu=8\n"
     )
     (run,) = table_to_records(READER.read(f, ReadOptions(tz="UTC")).table)
-    assert (run.job_id, run.state.value, run.gpus) == ("9@1", "PREEMPTED", 8.0)
+    assert (run.job_id, run.state.value, run.gpus) == ("9@20261130T081734Z", "PREEMPTED", 8.0)
+
+
+def test_a_later_window_of_sacct_names_each_requeued_run_as_the_first_did(tmp_path: Path) -> None:
+    """An incremental read no longer lists the first run: the second must not take its name."""
+    head = "JobID|State|Submit|Start|End|ElapsedRaw|AllocTRES\n"
+    run1 = "100|REQUEUED|2026-11-30T09:00:00|2026-11-30T10:00:00|2026-11-30T11:00:00|3600|gres/gpu=4\n"
+    run2 = "100|REQUEUED|2026-11-30T11:00:00|2026-11-30T12:00:00|2026-11-30T14:00:00|7200|gres/gpu=4\n"
+    last = "100|COMPLETED|2026-11-30T14:00:00|2026-11-30T15:00:00|2026-11-30T18:00:00|10800|gres/gpu=4\n"
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text(head + run1 + run2 + last)
+    b.write_text(head + run2 + last)
+    ids_a = {r.job_id for r in table_to_records(READER.read(a, ReadOptions(tz="UTC")).table)}
+    ids_b = {r.job_id for r in table_to_records(READER.read(b, ReadOptions(tz="UTC")).table)}
+    assert ids_b < ids_a and ids_a - ids_b == {"100@20261130T100000Z"}

@@ -142,7 +142,6 @@ def ingest(
         store = JobStore(db)
     except StoreError as e:
         fail(str(e))
-    total = 0
     try:
         with store:
             summary = _ingest_all(store, inputs, fmt, fmt_for_slurm, opts, as_json, show_bad)
@@ -151,7 +150,7 @@ def ingest(
         for kind, path in inputs:
             if kind == "slurm":
                 path.unlink(missing_ok=True)
-        if new_store and total == 0:  # nothing stored: leave no empty store that reads as "nothing to audit"
+        if new_store and _empty_store(target):  # no empty store left to read as "nothing to audit"
             for leftover in (target, target.with_name(target.name + ".wal")):
                 leftover.unlink(missing_ok=True)
     failed = [s for s in summary if s.get("error")]
@@ -192,6 +191,20 @@ def ingest(
             f"{len(failed)} of {len(summary)} files could not be read and stored nothing"
             + (f"; the other {stored} {'was' if stored == 1 else 'were'} stored" if stored else "")
         )
+
+
+def _empty_store(path: Path) -> bool:
+    """True only for a job store that holds no job (a failure after an earlier file was stored, or another
+    process writing meanwhile, leaves jobs: then it stays)."""
+    from headway.store import JobStore, StoreError
+
+    if not path.exists():
+        return False
+    try:
+        with JobStore(path, read_only=True) as store:
+            return store.count() == 0
+    except (StoreError, OSError):
+        return False
 
 
 def export(

@@ -196,12 +196,13 @@ def logs(
     offset = 0
     chunks: list[bytes] = []
     lost_at: float | None = None  # when a followed daemon stopped answering
+    reached = False  # no daemon at the first request is an error at once, not a restart to wait out
     while True:
         msg = {"op": "logs", "id": job_id, "stream": stream, "offset": offset}
         try:
             r = request(resolve_state_dir(state_dir), msg)
         except DaemonUnreachable as e:
-            if not follow:
+            if not follow or not reached:
                 fail(str(e))
             # A restarted daemon adopts the running job and its log files, so following goes on after it.
             if lost_at is None:
@@ -217,6 +218,7 @@ def logs(
             continue
         except ClientError as e:
             fail(str(e))
+        reached = True
         if lost_at is not None:
             err.print("headway: the daemon is back; following on", soft_wrap=True)
             lost_at = None

@@ -107,9 +107,25 @@ def _exited(pid: int) -> bool:
     return info is not None and info.si_pid != 0
 
 
+def _reap_others_while_running(leader: int) -> None:
+    """Collect orphans that ended while the job runs (they are ours to reap as its subreaper: a job that
+    spawns short-lived daemons would otherwise pile up zombies against its pid limit), never the leader,
+    whose status is read at the end."""
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if info is None or info.si_pid in (0, leader):
+            return
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(info.si_pid, 0)
+
+
 def _wait_until(pid: int, deadline: float | None, stop_on_cancel: bool) -> bool:
     """Poll for the leader's exit; False at the deadline, or at a cancellation when asked to stop on one."""
     while True:
+        _reap_others_while_running(pid)
         if _exited(pid):
             return True
         if stop_on_cancel and _cancel:

@@ -47,9 +47,12 @@ class EndedJob:
         return max(self.end_time - self.start_time, 0.0)
 
 
-def is_outcome(state: str, started: bool) -> bool:
-    """Whether a job's end tells how jobs run: one cancelled before it started neither ran nor failed. (As
-    history, an admin's clean-up of 450 queued jobs read as 450 failures and sank everyone's P(complete).)"""
+def is_outcome(state: str, started: bool, job_id: str = "") -> bool:
+    """Whether a job's end tells how jobs run. Not: one cancelled before it started, which neither ran nor
+    failed (as history, an admin's clean-up of 450 queued jobs read as 450 failures and moved everyone's
+    P(complete)); nor a requeued job's earlier run (`ID@START`, PREEMPTED), whose job has its own record."""
+    if state == "PREEMPTED" and "@" in job_id:
+        return False
     return started or state != "CANCELLED"
 
 

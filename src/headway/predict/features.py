@@ -47,13 +47,21 @@ SUCCESS = State.COMPLETED.value
 
 
 def _labelled(
-    state: npt.NDArray[np.object_], start: npt.NDArray[np.float64], end: npt.NDArray[np.float64]
+    state: npt.NDArray[np.object_],
+    start: npt.NDArray[np.float64],
+    end: npt.NDArray[np.float64],
+    job_id: npt.NDArray[np.object_],
 ) -> npt.NDArray[np.bool_]:
-    """Ended with a known final state and end time, and not cancelled before it started (api.is_outcome):
-    the jobs with a label, and the only ones the history features count."""
+    """Ended with a known final state and end time, and an outcome (api.is_outcome: not cancelled before
+    it started, not a requeued job's earlier run): the jobs with a label, the only ones history counts."""
     out: npt.NDArray[np.bool_] = (
         np.isin(state, list(ENDED)) & ~np.isnan(end) & (~np.isnan(start) | (state != State.CANCELLED.value))
     )
+    preempted = out & (state == State.PREEMPTED.value)
+    if preempted.any():  # rare: the per-id check runs on those rows only
+        for i in np.flatnonzero(preempted).tolist():
+            if "@" in str(job_id[i]):
+                out[i] = False
     return out
 
 
@@ -859,7 +867,7 @@ class FeatureFrame:
     @property
     def ended(self) -> npt.NDArray[np.bool_]:
         """Jobs with a known final state and end time: the only ones with a label."""
-        return _labelled(self.state, self.start, self.end)
+        return _labelled(self.state, self.start, self.end, self.job_id)
 
     @property
     def success(self) -> npt.NDArray[np.bool_]:
@@ -1272,7 +1280,8 @@ def build_features(table: pa.Table, *, include_cpu: bool = False, method: str = 
     users = _objects(table.column("user"))
     groups = _objects(table.column("group"))
     names = _objects(table.column("name"))
-    ended = _labelled(state, start, end)
+    job_ids = _objects(table.column("job_id"))
+    ended = _labelled(state, start, end, job_ids)
     gpus = np.nan_to_num(_floats(table.column("gpus")), nan=0.0)
     fn = _sweep_history if method == "sweep" else _vector_history
     h_arr = fn(users, groups, names, submit, start, end, state, ended, gpus)
@@ -1286,7 +1295,7 @@ def build_features(table: pa.Table, *, include_cpu: bool = False, method: str = 
             "priority_class": _objects(table.column("priority_class")),
             "group": groups,
         },
-        job_id=_objects(table.column("job_id")),
+        job_id=job_ids,
         user=users,
         name=names,
         submit=submit,

@@ -198,7 +198,7 @@ class OnlinePredictor:
     # -- api.OnlinePredictor -------------------------------------------------------------------------
     def observe_end(self, ended: EndedJob) -> None:
         """Queue one job's end; it reaches the rolling state once the clock is strictly past it."""
-        if not is_outcome(ended.state, ended.started):
+        if not is_outcome(ended.state, ended.started, ended.job.job_id):
             return
         heapq.heappush(self._ends, (ended.end_time, self._seq, ended))
         self._seq += 1

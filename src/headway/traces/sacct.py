@@ -95,12 +95,13 @@ STATE_MAP: dict[str, State] = {
 
 
 def _requeued_runs(
-    job_id: pa.Array, words: pa.Array, skip: npt.NDArray[np.bool_]
+    job_id: pa.Array, words: pa.Array, start: pa.Array | None, skip: npt.NDArray[np.bool_]
 ) -> tuple[pa.Array, pa.Array] | None:
     """`sacct -D` lists each run of a requeued job: the earlier ones as REQUEUED lines with their own start,
     end and GPUs, then the job's current record (absent while it waits again). Under one id only the last
-    line survived and the runs' GPU-hours were lost. Each REQUEUED line becomes `ID@k` (k counts the job's
-    runs in file order): (new ids, which rows), or None without any."""
+    line survived and the runs' GPU-hours were lost. Each REQUEUED line becomes `ID@START` (its start in
+    UTC, `100@20261130T100000Z`): a name that stays the same whichever window of sacct lists it, so an
+    incremental read replaces a run instead of renumbering it. (new ids, which rows), or None."""
     hit = pc.fill_null(pc.equal(words, "REQUEUED"), False)
     if not pc.any(hit).as_py():  # the usual case, without a pass over a million strings in Python
         return None
@@ -108,10 +109,15 @@ def _requeued_runs(
     if not mask.any():
         return None
     ids = np.asarray(job_id.to_pylist(), dtype=object)
-    count: dict[object, int] = {}
+    starts = start.to_pylist() if start is not None else [None] * len(ids)
+    seen: dict[object, int] = {}
     for i in np.flatnonzero(mask).tolist():
-        k = count[ids[i]] = count.get(ids[i], 0) + 1
-        ids[i] = f"{ids[i]}@{k}"
+        t = starts[i]
+        if t is not None:
+            ids[i] = f"{ids[i]}@{t.astimezone(dt.UTC):%Y%m%dT%H%M%SZ}"
+        else:  # a run without a start (never seen): its place among the file's runs of this job
+            k = seen[ids[i]] = seen.get(ids[i], 0) + 1
+            ids[i] = f"{ids[i]}@{k}"
     return pa.array(ids.tolist(), pa.string()), pa.array(mask)
 
 
@@ -262,7 +268,7 @@ class SacctReader:
             cols["mem_mb"] = mem
             provided.add("mem_mb")
 
-        runs = _requeued_runs(cols["job_id"], words, f.skip)
+        runs = _requeued_runs(cols["job_id"], words, cols.get("start_time"), f.skip)
         if runs is not None:
             renamed, mask = runs
             cols["job_id"] = renamed
@@ -272,8 +278,8 @@ class SacctReader:
         if runs is not None:
             k = int(pc.sum(runs[1]).as_py() or 0)
             notes.append(
-                f"{k:,} requeued runs (`sacct -D`) kept as jobs of their own, ID@1, ID@2, ... in state "
-                "PREEMPTED, so that their GPU-hours count; the job's last record keeps its id"
+                f"{k:,} requeued runs (`sacct -D`) kept as jobs of their own, ID@START in state PREEMPTED, "
+                "so that their GPU-hours count; the job's last record keeps its id"
             )
         if steps:
             notes.append(f"skipped {steps} job-step lines (N.batch, N.0, ...); use `sacct -X` to omit them")
