@@ -270,6 +270,45 @@ def test_a_start_or_an_end_rewrites_no_other_job_and_an_arrival_only_itself() ->
     assert got == sorted(got, reverse=True) and len(set(got)) == len(got)
 
 
+def _rewrites(order: list[str], before: dict[str, int], after: dict[str, int]) -> int:
+    got = [after[j] for j in order]
+    assert all(a > b for a, b in itertools.pairwise(got)), "order lost"
+    return sum(after[j] != before.get(j) for j in order)
+
+
+def test_a_burst_at_one_rank_moves_a_few_neighbours_not_the_queue() -> None:
+    """One user's sweep: 8 jobs of equal score arrive after the same job, three passes in a row (the gap
+    ran out at the third and the whole queue of 474 was rewritten)."""
+    rng = FactorRange(0, 100000)
+    order = [f"j{i}" for i in range(450)]
+    cur = place_ranks(order, {}, rng)
+    for r in range(3):
+        pos = order.index("j200") + 1
+        order = [*order[:pos], *(f"b{r}_{k}" for k in range(8)), *order[pos:]]
+        nxt = place_ranks(order, cur, rng)
+        assert _rewrites(order, cur, nxt) <= 24
+        cur = nxt
+
+
+def test_a_queue_in_motion_is_rewritten_little_more_than_its_arrivals() -> None:
+    import random
+
+    rng, rnd = FactorRange(0, 100000), random.Random(1)
+    order = [f"j{i}" for i in range(450)]
+    cur = place_ranks(order, {}, rng)
+    written = arrived = 0
+    for p in range(600):
+        if rnd.random() < 0.5:
+            order.pop(rnd.randrange(len(order)))
+        for k in range(rnd.randint(0, 3)):
+            order.insert(rnd.randrange(len(order) + 1), f"r{p}_{k}")
+            arrived += 1
+        nxt = place_ranks(order, cur, rng)
+        written += _rewrites(order, cur, nxt)
+        cur = {j: nxt[j] for j in order}
+    assert written <= 2 * arrived  # evenly spread every pass: about 13 times the arrivals
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(st.integers(0, 60), min_size=1, max_size=60, unique=True),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -83,8 +82,11 @@ def place_ranks(order: Sequence[str], current: Mapping[str, int], rng: FactorRan
     order keeps it: the longest run of such jobs stays, and every other job (new, or moved) goes between
     its kept neighbours. Spreading every pass from scratch rewrote nearly the whole queue at each start or
     end (451 of 452 jobs on the live test cluster after one start). A fresh spread uses the middle three
-    quarters of the range, leaving room at both ends for jobs that arrive best or worst; when a gap has
-    no room left, the queue is spread afresh."""
+    quarters of the range, leaving room at both ends for jobs that arrive best or worst. Where the jobs
+    to place would sit closer than a quarter of the usual spacing, the stretch widens over its kept
+    neighbours, one at a time, until they fit, and those are placed again too: a burst of arrivals at one
+    rank moves a few neighbours, not the queue. Only when an end of the range runs out of room (jobs
+    leaving at the top and arriving at the bottom make the queue drift) is it spread afresh."""
     n = len(order)
     if n == 0:
         return {}
@@ -102,30 +104,54 @@ def place_ranks(order: Sequence[str], current: Mapping[str, int], rng: FactorRan
         return fresh()
     value = {i: v for i in kept if (v := vals[i]) is not None}
     nominal = max((band.hi - band.lo) / max(n - 1, 1), 1.0)
-    out = {order[i]: v for i, v in value.items()}
-    for a, b in itertools.pairwise([-1, *kept, n]):
-        todo = order[a + 1 : b]
-        k = len(todo)
-        if not k:
-            continue
+    min_gap = max(nominal / 4, 1.0)
+    anchors = [-1, *kept, n]  # -1 and n: the ends of the range, not jobs
+
+    def step_between(a: int, b: int) -> float:
+        """The spacing the jobs strictly between anchors a and b would get (inf: the whole queue)."""
+        k = b - a - 1
         upper, lower = value.get(a), value.get(b)
         if upper is not None and lower is not None:
-            if upper - lower - 1 < k:
+            return (upper - lower) / (k + 1)
+        if lower is not None:  # above the best kept job: at the usual spacing, or what room there is
+            return min(nominal, (rng.hi - lower) / k)
+        if upper is not None:  # below the worst kept job
+            return min(nominal, (upper - rng.lo) / k)
+        return math.inf
+
+    out = {order[i]: v for i, v in value.items()}
+    i = 0
+    while i < len(anchors) - 1:
+        lo_i, hi_i = i, i + 1
+        if anchors[hi_i] - anchors[lo_i] == 1:
+            i += 1
+            continue
+        widen_down = True
+        while step_between(anchors[lo_i], anchors[hi_i]) < min_gap:
+            if lo_i == 0 or hi_i == len(anchors) - 1:
+                # Out of room at an end of the range: the queue has drifted (jobs leave at one end and
+                # arrive at the other), and only spreading it afresh gives the room back.
                 return fresh()
-            step = (upper - lower) / (k + 1)
-            placed = [upper - math.floor((i + 1) * step) for i in range(k)]
-        elif lower is not None:  # above the best kept job: just above it, at the queue's usual spacing
-            step = min(nominal, (rng.hi - lower) / k)
-            if step < 1:
-                return fresh()
-            placed = [lower + math.floor(step * (k - i)) for i in range(k)]
-        else:  # below the worst kept job
-            assert upper is not None
-            step = min(nominal, (upper - rng.lo) / k)
-            if step < 1:
-                return fresh()
-            placed = [upper - math.floor(step * (i + 1)) for i in range(k)]
-        out.update(zip(todo, placed, strict=True))
+            can_up, can_down = lo_i > 0, hi_i < len(anchors) - 1
+            if can_down and (widen_down or not can_up):
+                hi_i += 1
+            elif can_up:
+                lo_i -= 1
+            widen_down = not widen_down
+        a, b = anchors[lo_i], anchors[hi_i]
+        if a < 0 and b >= n:
+            return fresh()
+        step = step_between(a, b)
+        upper, lower = value.get(a), value.get(b)
+        todo = range(a + 1, b)
+        k = len(todo)
+        if upper is not None:
+            placed = [upper - math.floor((m + 1) * step) for m in range(k)]
+        else:
+            assert lower is not None
+            placed = [lower + math.floor(step * (k - m)) for m in range(k)]
+        out.update((order[j], v) for j, v in zip(todo, placed, strict=True))
+        i = hi_i
     return out
 
 
