@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from headway.cli import app
 from headway.schema import JOB_SCHEMA, JobRecord, table_to_records
 from headway.traces.base import BadInputError, ReadOptions
-from headway.traces.registry import sniff
+from headway.traces.registry import read, sniff
 from headway.traces.sacct import READER, fetch_from_slurm, parse_since, sacct_command
 
 DATA = Path(__file__).parent / "data"
@@ -33,7 +33,7 @@ def _by_id(path: Path, **opts: object) -> dict[str, JobRecord]:
 
 @pytest.mark.shared
 def test_real_sacct_output_gives_all_23_jobs_with_their_states(shared_traces: Path) -> None:
-    res = READER.read(_real(shared_traces), ReadOptions(tz="UTC"))
+    res = read("sacct", _real(shared_traces), ReadOptions(tz="UTC"))  # the reader and the shared rules
     assert res.table.schema == JOB_SCHEMA
     assert res.rows_read == 23 and res.table.num_rows == 23 and res.bad_row_count == 0
     assert res.missing_fields == ["group"]  # the test cluster has no accounts: Account is empty throughout

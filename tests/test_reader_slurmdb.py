@@ -9,7 +9,7 @@ import pytest
 
 from headway.schema import JOB_SCHEMA, JobRecord, table_to_records
 from headway.traces.base import BadInputError, ReadOptions
-from headway.traces.registry import sniff
+from headway.traces.registry import read, sniff
 from headway.traces.sacct import READER as SACCT
 from headway.traces.slurmdb import READER
 
@@ -24,7 +24,7 @@ def _by_id(path: Path, **opts: object) -> dict[str, JobRecord]:
 
 
 def test_export_of_the_real_jobs_reads_all_23_with_states_exit_codes_and_gpus() -> None:
-    res = READER.read(TABLE, ReadOptions())
+    res = read("slurmdb", TABLE, ReadOptions())  # the reader and the shared rules
     assert res.table.schema == JOB_SCHEMA and res.table.num_rows == 23 and res.bad_row_count == 0
     assert res.missing_fields == ["group"]  # the test cluster has no accounts: empty throughout
     jobs = {r.job_id: r for r in table_to_records(res.table)}

@@ -389,13 +389,17 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
+def table_baseline(metrics: Mapping[str, Any], baseline: str = BASELINE) -> str:
+    """What the comparison's ratios are to: `baseline` when it ran, else the first policy."""
+    return baseline if baseline in metrics or not metrics else next(iter(metrics))
+
+
 def comparison_table(metrics: Mapping[str, Mapping[str, Any]], title: str, baseline: str = BASELINE) -> Table:
     """One row per policy; each cell shows the value and, under it, the ratio to the baseline (without
     multifactor in the run, the first policy: `impact,impact-oracle` then reads as the oracle's gain)."""
     from headway.sim.metrics import LOWER_IS_BETTER
 
-    if baseline not in metrics and metrics:
-        baseline = next(iter(metrics))
+    baseline = table_baseline(metrics, baseline)
     t = Table(
         title=title,
         box=box.SIMPLE_HEAD,
@@ -862,7 +866,7 @@ def _ratios(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, flo
 def _table_ratios(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     from headway.sim.metrics import ratios
 
-    base = BASELINE if BASELINE in metrics else next(iter(metrics), None)
+    base = table_baseline(metrics) if metrics else None
     return {"baseline": base, "policies": ratios(metrics, base) if base is not None else {}}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -52,8 +53,6 @@ def map_ranks(order: Sequence[str], rng: FactorRange) -> dict[str, int]:
 
 def _longest_descending(vals: Sequence[int | None]) -> list[int]:
     """Positions of a longest strictly decreasing run of the known values, in order (O(n log n))."""
-    import bisect
-
     tails: list[int] = []  # tails[k]: the smallest negated value that ends a run of length k + 1
     tail_pos: list[int] = []
     back: dict[int, int] = {}
@@ -132,15 +131,12 @@ def place_ranks(order: Sequence[str], current: Mapping[str, int], rng: FactorRan
                 # Out of room at an end of the range: the queue has drifted (jobs leave at one end and
                 # arrive at the other), and only spreading it afresh gives the room back.
                 return fresh()
-            can_up, can_down = lo_i > 0, hi_i < len(anchors) - 1
-            if can_down and (widen_down or not can_up):
+            if widen_down:  # one kept neighbour more, below and above in turn
                 hi_i += 1
-            elif can_up:
+            else:
                 lo_i -= 1
             widen_down = not widen_down
         a, b = anchors[lo_i], anchors[hi_i]
-        if a < 0 and b >= n:
-            return fresh()
         step = step_between(a, b)
         upper, lower = value.get(a), value.get(b)
         todo = range(a + 1, b)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from headway.schema import JOB_SCHEMA
 from headway.traces.base import ReadResult
 
 
@@ -17,7 +18,8 @@ def tidy(res: ReadResult) -> ReadResult:
     """- A time limit of 0 or less is no limit: Slurm reads `--time=0` so, and a negative one cannot be
       meant (before, the simulator's backfill and impact's cost took it at face value: a 0-GPU-hour job).
     - A node count of 0 or less is unknown.
-    - A GPU column with empty cells: the jobs keep an unknown GPU count, and the user learns how many."""
+    - A GPU column with empty cells: the jobs keep an unknown GPU count, and the user learns how many.
+    - A column empty on every row is listed among the missing fields."""
     t = res.table
     if t.num_rows == 0:
         return res
@@ -32,6 +34,11 @@ def tidy(res: ReadResult) -> ReadResult:
             fixed = pc.if_else(pc.fill_null(bad, False), pa.scalar(None, col.type), col)
             t = t.set_column(t.schema.get_field_index(name), name, fixed)
             res.notes.append(f"{k:,} row(s) with {what}")
+    # A field the log has but leaves empty on every row (sacct's Account on a cluster without accounts, a
+    # Parquet export of a log without names) is as missing as one it does not have.
+    empty = {f for f in t.column_names if f != "source" and t.column(f).null_count == t.num_rows}
+    if empty - set(res.missing_fields):
+        res.missing_fields = [f for f in JOB_SCHEMA.names if f in empty or f in res.missing_fields]
     if "gpus" not in res.missing_fields:
         k = t.column("gpus").null_count
         if k:

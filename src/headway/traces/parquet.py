@@ -80,12 +80,7 @@ class ParquetReader:
         for i in sorted(found):
             sink.add(str(path), i + 1, found[i])  # the row's number in the file, 1-based
         table = table.filter(pc.invert(bad))
-        # A column that is there but empty throughout (an export of a log without names) is missing too.
-        absent = [
-            f.name
-            for f in JOB_SCHEMA
-            if f.name not in raw.column_names or (n and table.column(f.name).null_count == table.num_rows)
-        ]
+        absent = [f.name for f in JOB_SCHEMA if f.name not in raw.column_names]
         return ReadResult(
             table=table,
             format=self.name,

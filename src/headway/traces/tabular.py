@@ -716,10 +716,7 @@ def result(
     extra_notes: Sequence[str] = (),
 ) -> ReadResult:
     """The ReadResult of a tabular reader; `provided` are the schema fields the input had."""
-    # A column the log has but leaves empty on every row (sacct's Account on a cluster without accounts)
-    # is as missing as one it does not have.
-    empty = {f for f in provided if table.num_rows and table.column(f).null_count == table.num_rows}
-    missing = [f for f in JOB_SCHEMA.names if f != "source" and (f not in provided or f in empty)]
+    missing = [f for f in JOB_SCHEMA.names if f not in provided and f != "source"]
     rows_read = int((~frame.skip).sum()) + len(frame.raw.bad)
     return ReadResult(
         table=table,
