@@ -123,7 +123,7 @@ def test_an_html_path_that_cannot_be_written_fails_before_the_replay(trace: Path
     res = runner.invoke(
         app, ["simulate", str(trace), *CLUSTER, "--policy", "fifo", "--html", str(tmp_path / "no" / "r.html")]
     )
-    assert res.exit_code == 1 and "--html" in res.output and "no directory" in res.output
+    assert res.exit_code == 1 and "--html" in res.output and "no such directory" in res.output
     assert "simulating" not in res.output  # failed at the option, before reading and replaying
 
 

@@ -65,3 +65,27 @@ def test_synth_rejects_a_missing_directory(tmp_path: Path) -> None:
     res = runner.invoke(app, ["synth", "-n", "10", "-o", str(tmp_path / "nope" / "x.parquet")])
     assert res.exit_code == 1
     assert "no such directory" in " ".join(res.output.split())
+
+
+def test_no_output_option_replaces_a_job_store(tmp_path: Path) -> None:
+    """A store named by mistake as an output file (a model, a synthetic log, an export, a report) is
+    refused before any work, and keeps every job."""
+    db = tmp_path / "jobs.duckdb"
+    res = runner.invoke(app, ["synth", "-n", "80", "-o", str(tmp_path / "s.parquet")])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["ingest", "--db", str(db), str(tmp_path / "s.parquet")])
+    assert res.exit_code == 0, res.output
+    before = db.read_bytes()
+    for argv in (
+        ["predict", "train", "--db", str(db), "--out", str(db)],
+        ["synth", "-n", "10", "-o", str(db)],
+        ["synth", "-n", "10", "-o", str(db), "--format", "csv"],
+        ["export", "--db", str(db), "--parquet", str(db)],
+        ["audit", "--db", str(db), "--html", str(db)],
+    ):
+        res = runner.invoke(app, argv)
+        assert res.exit_code == 1, argv
+        assert "is a DuckDB database (a job store?)" in res.output, argv
+    assert db.read_bytes() == before
+    res = runner.invoke(app, ["audit", "--db", str(db), "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["totals"]["jobs"] == 80

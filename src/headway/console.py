@@ -49,13 +49,29 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def is_duckdb_file(path: Path) -> bool:
+    """Whether `path` is a DuckDB database (bytes 8-11 are `DUCK`), such as a job store."""
+    try:
+        with path.open("rb") as f:
+            return f.read(12)[8:12] == b"DUCK"
+    except OSError:
+        return False
+
+
 def check_output_file(path: Path, option: str) -> None:
-    """Fail now, not after minutes of work, when `path` cannot be written as a file."""
+    """Fail now, not after minutes of work, when `path` cannot be written as a file, or is a job store
+    (a DuckDB database) that writing would replace: the store holds every job ingested, a report or a
+    model file can be written again in seconds."""
     if path.is_dir():
         fail(f"{option} {path}: is a directory; give a file name")
+    if is_duckdb_file(path):
+        fail(
+            f"{option} {path}: is a DuckDB database (a job store?); writing here would replace it; "
+            "give another file name"
+        )
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        fail(f"{option} {path}: no directory {parent}")
+        fail(f"{option} {path}: no such directory {parent}")
     if not os.access(path if path.exists() else parent, os.W_OK):
         fail(f"{option} {path}: not writable")
 

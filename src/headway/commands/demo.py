@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from headway.console import err, fail, out, print_json
+from headway.console import check_output_file, err, fail, out, print_json
 
 SAMPLE = "philly_jobs.json.gz"
 SOURCE = "philly"
@@ -40,8 +40,7 @@ def demo(
 
     if db.is_dir():
         fail(f"{db}: is a directory; give a file name for --db")
-    if html.is_dir():
-        fail(f"{html}: is a directory; give a file name for --html")
+    check_output_file(html, "--html")
     try:
         sample = sample_path(SAMPLE)
     except FileNotFoundError as e:

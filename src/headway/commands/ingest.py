@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from headway.console import err, fail, out, print_json, print_skipped, print_table
+from headway.console import check_output_file, err, fail, out, print_json, print_skipped, print_table
 from headway.traces.base import BadInputError, ReadOptions, ReadResult
 from headway.traces.compressed import plain_file, relabel
 from headway.traces.registry import FORMATS, read, sniff
@@ -217,6 +217,7 @@ def export(
     """Export the job store to a Parquet file (the job record plus runtime, wait, gpu_hours)."""
     from headway.store import JobStore, StoreError
 
+    check_output_file(parquet, "--parquet")
     try:
         with JobStore(db, read_only=True) as store:
             n = store.export_parquet(parquet)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from headway.console import err, fail, out, print_json, print_table
+from headway.console import check_output_file, err, fail, out, print_json, print_table
 
 if TYPE_CHECKING:
     from headway.predict.features import FeatureFrame
@@ -110,6 +110,7 @@ def train(
 
     if calibration not in ("auto", "isotonic", "platt"):
         fail(f"--calibration: expected auto, isotonic or platt, got {calibration!r}")
+    check_output_file(out_path, "--out")
     frame, sources = _load(db, source, include_cpu, as_json)
     n_ended = int(frame.ended.sum())
     if n_ended < 50:

@@ -1102,10 +1102,9 @@ def synth(
         fail(f"--format: choose one of {', '.join(SYNTH_FORMATS)}")
     if profile not in PROFILES:
         fail(f"--profile: choose one of {', '.join(PROFILES)}")
-    if out_path.is_dir():
-        fail(f"{out_path}: is a directory; give a file name")
-    if not out_path.parent.exists():
-        fail(f"{out_path.parent}: no such directory")
+    check_output_file(out_path, "--out")
+    if fmt == "csv":
+        check_output_file(mapping_path(out_path), "--out's mapping file")
     t0 = time.perf_counter()
     with err.status(f"generating {jobs:,} jobs", spinner="dots") if not as_json else _Null():
         table = generate(jobs, seed, users=users, profile=profile)
