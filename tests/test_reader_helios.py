@@ -66,3 +66,22 @@ def test_sniff_picks_helios_for_both_shapes_and_refuses_other_csvs(tmp_path: Pat
     assert not READER.sniff(p, p.read_bytes())
     with pytest.raises(BadInputError, match="no job_id column"):
         READER.read(p, ReadOptions())
+
+
+def test_epoch_times_beyond_any_calendar_are_bad_rows_not_year_57972(tmp_path: Path) -> None:
+    """Milliseconds read as seconds were stored in year 57972 (and broke the audit); 14 digits crashed."""
+    p = tmp_path / "h.csv"
+    p.write_text(
+        "job_id,user,gpu_num,state,submit_time,start_time,end_time\n"
+        "1,a,2,COMPLETED,1767258000000,1767258000000,1767258060000\n"
+        "2,a,2,COMPLETED,99999999999999,99999999999999,99999999999999\n"
+        "3,b,1,COMPLETED,1767258000,1767258000,1767258060\n"
+    )
+    res = READER.read(p, ReadOptions())
+    assert [j.job_id for j in table_to_records(res.table)] == ["3"]
+    assert [(b.line, b.reason) for b in res.bad_rows] == [
+        (2, "submit_time: epoch time out of range (read as seconds) ('1767258000000')"),
+        (3, "submit_time: epoch time out of range (read as seconds) ('99999999999999')"),
+    ]
+    with pytest.raises(BadInputError, match=r"h.csv:2: submit_time: epoch time out of range"):
+        READER.read(p, ReadOptions(strict=True))

@@ -84,3 +84,22 @@ def test_a_parquet_file_of_something_else_is_one_clear_error(tmp_path: Path) -> 
         READER.read(p, ReadOptions())
     res = runner.invoke(app, ["ingest", str(p), "--db", str(tmp_path / "j.duckdb")])
     assert res.exit_code == 1 and "no job_id column" in res.output and "Traceback" not in res.output
+
+
+def test_times_past_the_calendar_are_bad_rows(tmp_path: Path) -> None:
+    """Arrow holds times 292,000 years out; Python and every report stop at 9999 (one such row broke the
+    audit of the whole store)."""
+    ts = pa.timestamp("us", tz="UTC")
+    t = pa.table(
+        {
+            "job_id": ["1", "2"],
+            "state": ["COMPLETED", "FAILED"],
+            "gpus": [1.0, 1.0],
+            "submit_time": pa.array([1_700_000_000_000_000, 57_972 * 365 * 86_400 * 10**6], ts),
+        }
+    )
+    p = tmp_path / "far.parquet"
+    pq.write_table(t, p)
+    res = READER.read(p, ReadOptions())
+    assert res.table.column("job_id").to_pylist() == ["1"]
+    assert [(b.line, b.reason) for b in res.bad_rows] == [(2, "submit_time: beyond year 9999")]

@@ -189,3 +189,30 @@ def test_an_arrays_tasks_that_never_started_get_the_id_sacct_p_prints(tmp_path: 
     p = tmp_path / "arrays.json"
     p.write_text(json.dumps(doc))
     assert set(_by_id(p)) == {"22_[3,7]", "21_[1-3%1]", "4_[4-9]", "20_5"}
+
+
+def test_gpu_counts_and_times_no_scheduler_writes_are_bad_records_as_in_every_format(tmp_path: Path) -> None:
+    """A negative or absurd GPU count cancelled real GPU-hours in the audit (and 1e30 broke it); a time in
+    milliseconds was nulled silently; an id with a fraction was cut to another job's id."""
+
+    def job(jid: object, gpus: float, submit: float = 1700000000) -> dict[str, Any]:
+        return {
+            "job_id": jid,
+            "user": "a",
+            "state": {"current": "FAILED"},
+            "time": {"submission": submit, "start": 1700000000, "end": 1700003600},
+            "tres": {"allocated": [{"type": "gres", "name": "gpu", "id": 1001, "count": gpus}]},
+        }
+
+    jobs = [job(1, -8), job(2, 1e30), job(3, 1, 1700000000000), job(6.7, 1), job(5, 8), job(6, 1, 4294967294)]
+    p = tmp_path / "odd.json"
+    p.write_text(json.dumps({"meta": {}, "jobs": jobs}))
+    res = READER.read(p, ReadOptions())
+    assert [r.job_id for r in table_to_records(res.table)] == ["5", "6"]
+    assert table_to_records(res.table)[1].submit_time is None  # NO_VAL: unset, not a bad record
+    assert [(b.line, b.reason.split(" (")[0]) for b in res.bad_rows] == [
+        (1, "gpus: negative"),
+        (2, "gpus: over 1,000,000"),
+        (3, "time.submission: 1700000000000 is not a time in epoch seconds"),
+        (4, "job_id: 6.7 is not a job id"),
+    ]

@@ -119,7 +119,7 @@ def audit(
         except PeriodError as e:
             fail(str(e))
         except Exception as e:  # a store that is not a headway store, a broken file
-            fail(f"{store.path}: cannot read the job store: {str(e).splitlines()[0]}")
+            fail(f"{store.path}: cannot read the job store: {(str(e).splitlines() or [type(e).__name__])[0]}")
         if source is not None and source not in known:
             fail(f"--source {source!r}: no such source in {store.path}; it has {', '.join(known) or 'none'}")
         report = _run(store.con, window, other, by, top, gpu_hour_price, include_cpu, source, quiet=as_json)

@@ -8,6 +8,7 @@ them: an id and a known state, no end before its start, no negative GPU count.
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,6 +19,16 @@ from headway.traces.base import BadInputError, BadRowSink, ReadOptions, ReadResu
 
 MAGIC = b"PAR1"
 _STATES = pa.array([s.value for s in State], pa.string())
+
+
+_LAST_YEAR = 9999  # Python's datetimes end there, and so does every report
+
+
+def _beyond_calendar(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Times past Python's last year (Arrow holds 292,000 years): a store with one broke every audit."""
+    limit = pa.scalar(dt.datetime(_LAST_YEAR, 12, 31, 23, 59, 59, tzinfo=dt.UTC), col.type)
+    first = pa.scalar(dt.datetime(1, 1, 1, tzinfo=dt.UTC), col.type)
+    return pc.fill_null(pc.or_(pc.greater(col, limit), pc.less(col, first)), False)
 
 
 class ParquetReader:
@@ -68,6 +79,10 @@ class ParquetReader:
             (
                 pc.fill_null(pc.greater(table.column("gpus"), float(MAX_GPUS)), False),
                 f"gpus: over {MAX_GPUS:,}",
+            ),
+            *(
+                (_beyond_calendar(table.column(c)), f"{c}: beyond year {_LAST_YEAR}")
+                for c in ("submit_time", "start_time", "end_time")
             ),
         )
         bad = pa.array([False] * n, pa.bool_())

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from headway.schema import JOB_SCHEMA, TS, State, conform
+from headway.schema import JOB_SCHEMA, MAX_GPUS, TS, State, conform
 from headway.traces.base import BadInputError, BadRowSink, ReadOptions, ReadResult
 
 # The schema columns a record fills: every one but `source`.
@@ -65,8 +65,11 @@ def _number(v: object, what: str) -> float | None:
 
 def _epoch(v: object, what: str) -> dt.datetime | None:
     n = _number(v, what)
-    if n is None or n <= 0 or n >= _NO_LIMIT:  # 0: not yet (a pending job's start, a running job's end)
+    # 0: not yet (a pending job's start, a running job's end); NO_VAL / INFINITE, 32- or 64-bit: unset
+    if n is None or n <= 0 or n in (_NO_LIMIT, _NO_LIMIT + 1) or n >= 2.0**63:
         return None
+    if n > _NO_LIMIT:
+        raise _Bad(f"{what}: {n:.0f} is not a time in epoch seconds (milliseconds?)")
     try:
         return dt.datetime.fromtimestamp(n, dt.UTC)
     except (OverflowError, OSError, ValueError):
@@ -145,6 +148,8 @@ def _job_id(job: Mapping[str, Any]) -> str:
     jid = _number(job.get("job_id"), "job_id")
     if jid is None:
         raise _Bad("no job_id")
+    if jid != int(jid) or jid < 0:
+        raise _Bad(f"job_id: {jid:g} is not a job id")
     for part, key, sep in (("array", "task_id", "_"), ("het", "job_offset", "+")):
         obj = job.get(part)
         if isinstance(obj, dict):
@@ -210,6 +215,10 @@ def _row(job: object, state_map: Mapping[str, State], unknown: dict[str, int]) -
     gpus = _gpus(alloc)
     if gpus is None:
         gpus = _gpus(req)
+    if gpus is not None and gpus < 0:
+        raise _Bad(f"gpus: negative ({gpus:g})")
+    if gpus is not None and gpus > MAX_GPUS:
+        raise _Bad(f"gpus: over {MAX_GPUS:,} ({gpus:g})")
     nodes = _number(job.get("allocation_nodes"), "allocation_nodes") or _tres_count(alloc, "node")
     nodes = nodes or _tres_count(req, "node")
     cpus = _tres_count(alloc, "cpu") or _tres_count(req, "cpu")

@@ -30,6 +30,7 @@ from headway.schema import JOB_SCHEMA, MAX_GPUS, State, conform
 from headway.traces.base import BadInputError, BadRowSink, ReadOptions, ReadResult
 
 CHUNK_BYTES = 16 * 1024 * 1024
+EPOCH_LIMIT_US = 1e17  # epoch times beyond +-3,168 years (in microseconds) are not times
 # Values that mean "no value" in the logs we read (sacct, MySQL dumps, pandas exports).
 NULL_WORDS: tuple[str, ...] = ("", "Unknown", "None", "NULL", "null", "\\N", "N/A", "NaN", "nan", "NaT")
 
@@ -594,6 +595,11 @@ class Frame:
             if pc.any(numeric).as_py():
                 nums = pc.if_else(numeric, s, pa.scalar(None, pa.string())).cast(pa.float64())
                 us = pc.round(pc.multiply(nums, {"s": 1e6, "ms": 1e3, "us": 1.0}[epoch_unit]))
+                in_range = pc.fill_null(pc.less(us, EPOCH_LIMIT_US), True)  # the pattern has no minus sign
+                if check:
+                    unit = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}[epoch_unit]
+                    self.flag(pc.invert(in_range), f"{what}: epoch time out of range (read as {unit})", values)
+                us = pc.if_else(in_range, us, pa.scalar(None, pa.float64()))
                 out = us.cast(pa.int64()).cast(pa.timestamp("us", tz="UTC"))
         for fmt in formats:
             todo = s if out is None else pc.if_else(pc.is_null(out), s, pa.scalar(None, pa.string()))
@@ -620,7 +626,7 @@ class Frame:
             nums = pc.if_else(pc.equal(nums, 0.0), pa.scalar(None, pa.float64()), nums)
         scale = {"s": 1_000_000.0, "ms": 1_000.0, "us": 1.0}[unit]
         us = pc.multiply(nums, scale)
-        in_range = pc.and_(pc.greater(us, -1e17), pc.less(us, 1e17))  # about +-3000 years
+        in_range = pc.and_(pc.greater(us, -EPOCH_LIMIT_US), pc.less(us, EPOCH_LIMIT_US))
         self.flag(pc.invert(in_range), f"{what}: epoch time out of range", values)
         us = pc.if_else(in_range, pc.round(us), pa.scalar(None, pa.float64()))
         return us.cast(pa.int64()).cast(pa.timestamp("us", tz="UTC"))
