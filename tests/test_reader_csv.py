@@ -100,3 +100,31 @@ def test_the_documented_example_mapping_works(tmp_path: Path) -> None:
     jobs = {r.job_id: r for r in table_to_records(res.table)}
     assert jobs["17"].gpus == 16 and jobs["17"].state == "COMPLETED" and jobs["17"].time_limit == 86400
     assert jobs["18"].state == "FAILED" and jobs["19"].state == "CANCELLED"
+
+
+def test_a_mapping_is_used_even_when_the_header_looks_like_a_built_in_format(tmp_path: Path) -> None:
+    """A Helios-like header with the user's own mapping was read as Helios: its states, GPU expression
+    and epoch unit were dropped without a word."""
+    from typer.testing import CliRunner
+
+    from headway.cli import app
+    from headway.store import JobStore
+
+    log = tmp_path / "amb.csv"
+    log.write_text("job_id,user,gpu_num,state,submit_time\n1,a,2,ok,1767258000000\n")
+    mapping = tmp_path / "amb.toml"
+    mapping.write_text(
+        '[format]\ntime_format="epoch"\nepoch_unit="ms"\n'
+        '[fields]\njob_id="job_id"\nstate="state"\nsubmit_time="submit_time"\ngpus="gpu_num * 4"\n'
+        '[states]\nok="COMPLETED"\n'
+    )
+    db = tmp_path / "j.duckdb"
+    runner = CliRunner()
+    res = runner.invoke(app, ["ingest", "--db", str(db), "--mapping", str(mapping), str(log)])
+    assert res.exit_code == 0, res.output
+    assert "detected format csv" in " ".join(res.output.split())
+    with JobStore(db, read_only=True) as store:
+        rows = store.con.execute("SELECT gpus, state, year(submit_time) FROM jobs").fetchall()
+    assert rows == [(8.0, "COMPLETED", 2026)]
+    res = runner.invoke(app, ["ingest", "--db", str(db), "--mapping", str(mapping), "--format", "sacct", str(log)])
+    assert res.exit_code == 1 and "--mapping is for --format csv" in res.output

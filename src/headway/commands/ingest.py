@@ -108,6 +108,8 @@ def ingest(
     """Read job logs into the job store; re-ingesting a file replaces its jobs instead of duplicating them."""
     if fmt not in FORMATS:
         fail(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if mapping is not None and fmt not in ("csv", "auto"):
+        fail(f"--mapping is for --format csv; --format {fmt} reads its own columns")
     if tz is not None:  # every format's times go through it, or none do (epoch times): check it here
         from headway.traces.tabular import check_tz
 

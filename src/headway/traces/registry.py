@@ -19,7 +19,7 @@ READER_MODULES: dict[str, str] = {
     "parquet": "headway.traces.parquet",
 }
 FORMATS: tuple[str, ...] = ("auto", *READER_MODULES)
-# `auto` tries these in order; `csv` needs a mapping so it is chosen only when one is given.
+# `auto` tries these in order; `csv` needs a mapping, and is chosen whenever one is given.
 SNIFF_ORDER: tuple[str, ...] = ("parquet", "sacct", "philly", "slurmdb", "alibaba", "helios")
 
 
@@ -45,11 +45,11 @@ def sniff(path: Path, *, has_mapping: bool = False) -> str:
         raise BadInputError(f"{path}: cannot read: {e.strerror}") from e
     if not head.strip():
         raise BadInputError(f"{path}: empty file")
+    if has_mapping:  # the user said how to read the columns: a mapping is for the csv reader only
+        return "csv"
     for name in SNIFF_ORDER:
         if get_reader(name).sniff(path, head):
             return name
-    if has_mapping:
-        return "csv"
     raise BadInputError(
         f"{path}: cannot tell the format from its first lines; pass --format "
         f"({', '.join(READER_MODULES)}), or --format csv --mapping FILE for another CSV"
