@@ -128,3 +128,25 @@ def test_a_mapping_is_used_even_when_the_header_looks_like_a_built_in_format(tmp
     assert rows == [(8.0, "COMPLETED", 2026)]
     res = runner.invoke(app, ["ingest", "--db", str(db), "--mapping", str(mapping), "--format", "sacct", str(log)])
     assert res.exit_code == 1 and "--mapping is for --format csv" in res.output
+
+
+def test_a_bom_before_a_comment_line_still_reads_the_file(tmp_path: Path) -> None:
+    m = tmp_path / "m.toml"
+    for sep in (",", "|"):
+        log = tmp_path / "bom.csv"
+        log.write_bytes(f"\ufeff# exported by a tool\nid{sep}status\n1{sep}COMPLETED\n".encode())
+        delim = f'delimiter="{sep}"\n' if sep != "," else ""
+        m.write_text(f'[format]\ncomment="#"\n{delim}[fields]\njob_id="id"\nstate="status"\n')
+        jobs = table_to_records(READER.read(log, ReadOptions(mapping=m)).table)
+        assert [(j.job_id, j.state) for j in jobs] == [("1", "COMPLETED")]
+
+
+def test_a_header_repeated_inside_the_log_is_a_bad_row_not_a_job(tmp_path: Path) -> None:
+    """Logs joined with `cat` repeat the header; it was stored as a job `id` in state UNKNOWN."""
+    log = tmp_path / "joined.csv"
+    log.write_text("id,status\n1,COMPLETED\nid,status\n2,FAILED\n")
+    m = tmp_path / "m.toml"
+    m.write_text('[fields]\njob_id="id"\nstate="status"\n')
+    res = READER.read(log, ReadOptions(mapping=m))
+    assert [j.job_id for j in table_to_records(res.table)] == ["1", "2"]
+    assert [(b.line, b.reason) for b in res.bad_rows] == [(3, "a repeated header line (logs joined together?)")]

@@ -311,3 +311,11 @@ def test_a_later_window_of_sacct_names_each_requeued_run_as_the_first_did(tmp_pa
     ids_a = {r.job_id for r in table_to_records(READER.read(a, ReadOptions(tz="UTC")).table)}
     ids_b = {r.job_id for r in table_to_records(READER.read(b, ReadOptions(tz="UTC")).table)}
     assert ids_b < ids_a and ids_a - ids_b == {"100@20261130T100000Z"}
+
+
+def test_a_header_repeated_inside_a_sacct_log_is_a_bad_row_not_a_job(tmp_path: Path) -> None:
+    log = tmp_path / "joined.txt"
+    log.write_text("JobID|User|State\n1|a|COMPLETED\nJobID|User|State\n2|b|FAILED\n")
+    res = READER.read(log, ReadOptions())
+    assert [r.job_id for r in table_to_records(res.table)] == ["1", "2"]
+    assert [(b.line, b.reason) for b in res.bad_rows] == [(3, "a repeated header line (logs joined together?)")]

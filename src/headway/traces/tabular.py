@@ -217,6 +217,7 @@ def read_delimited(
     line_parts: list[np.ndarray] = []
     bad: list[tuple[int, str]] = []
     not_utf8 = 0
+    first_chunk = True
     for raw, first_line in _chunks(path, progress, quoting):
         try:
             text = raw.decode("utf-8")
@@ -225,6 +226,9 @@ def read_delimited(
             not_utf8 += text.count("\ufffd")
         if "\x00" in text:
             text = text.replace("\x00", "\ufffd")
+        if first_chunk:
+            text = text.removeprefix("\ufeff")  # a BOM before a comment line hid the comment mark
+            first_chunk = False
         if header is None:
             # The header is the first non-blank (non-comment) line.
             offset = 0
@@ -504,6 +508,21 @@ class Frame:
         self.skip = np.zeros(self.n, dtype=bool)  # rows dropped silently (e.g. job steps)
         self.notes.extend(raw.notes)
         self._unknown: list[tuple[np.ndarray, pa.Array, str]] = []  # (rows, words, what) for `finish`'s note
+        self._flag_repeated_header()
+
+    def _flag_repeated_header(self) -> None:
+        """A row that repeats the header (logs joined with `cat`) was stored as a job named after it."""
+        named = [(i, h) for i, h in enumerate(self.raw.header) if h]
+        if not self.n or len(named) < 2:
+            return
+        same = None
+        for i, h in named:
+            eq = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(self.raw.column(i)), h), False)
+            same = eq if same is None else pc.and_(same, eq)
+            if not pc.any(same).as_py():
+                return
+        assert same is not None
+        self.flag(same, "a repeated header line (logs joined together?)")
 
     def flag(self, mask: pa.Array | np.ndarray, message: str, values: pa.Array | None = None) -> None:
         """Mark rows where `mask` is true as bad with `message` (and the offending raw value)."""
