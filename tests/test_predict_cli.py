@@ -184,3 +184,30 @@ def test_a_model_of_another_cluster_is_named_when_shown(db: Path, tmp_path: Path
     assert "trained on jobs of synthetic, these are of lab" in str(elsewhere["note"])
     home = _json([*args, "--db", str(db)])
     assert "trained on jobs of" not in str(home["note"])
+
+
+def test_show_refuses_an_endless_time_limit_and_a_job_without_a_submit_time(db: Path, tmp_path: Path) -> None:
+    for limit in ("inf", "1e400", "nan"):
+        res = runner.invoke(app, ["predict", "show", "--db", str(db), "--user", "u1", "--time-limit", limit])
+        assert res.exit_code == 1 and "--time-limit: must be more than 0 seconds" in res.output, limit
+    store_path = tmp_path / "nosubmit.duckdb"
+    table = make_history(300, seed=2, users=3, days=2)
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    first = pc.equal(pa.array(range(table.num_rows)), 0)
+    col = pc.if_else(
+        first, pa.scalar(None, table.schema.field("submit_time").type), table.column("submit_time")
+    )
+    table = table.set_column(table.schema.get_field_index("submit_time"), "submit_time", col)
+    with JobStore(store_path) as store:
+        store.upsert(table)
+    jid = table.column("job_id")[0].as_py()
+    res = runner.invoke(app, ["predict", "show", jid, "--db", str(store_path)])
+    assert res.exit_code == 1 and "has no submit time in the store" in " ".join(res.output.split())
+
+
+def test_an_unknown_source_is_named_with_the_sources_the_store_has(db: Path) -> None:
+    res = runner.invoke(app, ["predict", "evaluate", "--db", str(db), "--source", "nope"])
+    assert res.exit_code == 1
+    assert "--source 'nope': no such source in the store; it has" in " ".join(res.output.split())

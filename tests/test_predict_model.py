@@ -183,3 +183,28 @@ def test_a_model_file_with_a_calibration_that_is_not_numbers_is_refused(tmp_path
     path.write_text(json.dumps(doc))
     with pytest.raises(ModelFileError, match="damaged model file"):
         Predictor.load(path)
+
+
+@pytest.mark.parametrize(
+    ("part", "value", "why"),
+    [
+        ("vocab", None, "vocab and meta must be objects"),
+        ("vocab", {"partition": [1, 2]}, "vocab: every category must list words"),
+        ("calibration", {"kind": "isotonic", "x": [0.5, 0.1], "y": [0.2, 0.4]}, "not in increasing order"),
+        ("calibration", {"kind": "isotonic", "x": [], "y": []}, "isotonic thresholds empty"),
+    ],
+)
+def test_a_damaged_model_file_is_named_with_what_is_wrong(
+    tmp_path: Path, part: str, value: object, why: str
+) -> None:
+    """`"vocab": null` was an AttributeError traceback; unsorted thresholds read as "not a number"."""
+    import json
+
+    model = Predictor.fit(build_features(make_history(2_000, seed=3, users=10, days=6)), config=FAST)
+    path = tmp_path / "m.json"
+    model.save(path)
+    doc = json.loads(path.read_text())
+    doc[part] = value
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ModelFileError, match=f"damaged model file.*{why}"):
+        Predictor.load(path)

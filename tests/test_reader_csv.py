@@ -126,7 +126,9 @@ def test_a_mapping_is_used_even_when_the_header_looks_like_a_built_in_format(tmp
     with JobStore(db, read_only=True) as store:
         rows = store.con.execute("SELECT gpus, state, year(submit_time) FROM jobs").fetchall()
     assert rows == [(8.0, "COMPLETED", 2026)]
-    res = runner.invoke(app, ["ingest", "--db", str(db), "--mapping", str(mapping), "--format", "sacct", str(log)])
+    res = runner.invoke(
+        app, ["ingest", "--db", str(db), "--mapping", str(mapping), "--format", "sacct", str(log)]
+    )
     assert res.exit_code == 1 and "--mapping is for --format csv" in res.output
 
 
@@ -149,4 +151,6 @@ def test_a_header_repeated_inside_the_log_is_a_bad_row_not_a_job(tmp_path: Path)
     m.write_text('[fields]\njob_id="id"\nstate="status"\n')
     res = READER.read(log, ReadOptions(mapping=m))
     assert [j.job_id for j in table_to_records(res.table)] == ["1", "2"]
-    assert [(b.line, b.reason) for b in res.bad_rows] == [(3, "a repeated header line (logs joined together?)")]
+    assert [(b.line, b.reason) for b in res.bad_rows] == [
+        (3, "a repeated header line (logs joined together?)")
+    ]

@@ -318,4 +318,6 @@ def test_a_header_repeated_inside_a_sacct_log_is_a_bad_row_not_a_job(tmp_path: P
     log.write_text("JobID|User|State\n1|a|COMPLETED\nJobID|User|State\n2|b|FAILED\n")
     res = READER.read(log, ReadOptions())
     assert [r.job_id for r in table_to_records(res.table)] == ["1", "2"]
-    assert [(b.line, b.reason) for b in res.bad_rows] == [(3, "a repeated header line (logs joined together?)")]
+    assert [(b.line, b.reason) for b in res.bad_rows] == [
+        (3, "a repeated header line (logs joined together?)")
+    ]

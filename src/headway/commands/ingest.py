@@ -266,9 +266,10 @@ def _ingest_all(
         )
         stored = store.upsert(res.table)
         if store.last_repeats:  # (counted by the upsert's own duplicate check)
+            why = " (requeued jobs in `sacct -D` output look like this)" if res.format == "sacct" else ""
             res.notes.append(
-                f"{store.last_repeats:,} rows repeat a job id of an earlier row in this file (requeued jobs "
-                "in `sacct -D` output look like this); the last row of each job id was kept"
+                f"{store.last_repeats:,} rows repeat a job id of an earlier row in this file{why}; the last "
+                "row of each job id was kept"
             )
         store.record_ingest(label, res.format, src, res.rows_read, stored, res.bad_row_count)
         summary.append(

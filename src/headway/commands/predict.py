@@ -73,8 +73,14 @@ def _load(
             table = store.table("source = ?", [source]) if source else store.table()
     except StoreError as e:
         fail(str(e))
+    if table.num_rows == 0 and source:
+        with JobStore(db, read_only=True) as store:
+            known = [
+                str(r[0]) for r in store.con.execute("SELECT DISTINCT source FROM jobs ORDER BY 1").fetchall()
+            ]
+        fail(f"--source {source!r}: no such source in the store; it has {', '.join(known) or 'none'}")
     if table.num_rows == 0:
-        fail(f"no jobs{f' of source {source!r}' if source else ''} in the store; run `headway ingest` first")
+        fail("no jobs in the store; run `headway ingest` first")
     names = sorted(str(s) for s in pc.unique(table.column("source")).to_pylist())
     if source is None and len(names) > 1:  # their histories interleave as one cluster's: rarely meant
         err.print(
@@ -256,24 +262,37 @@ def evaluate(
         out.print(
             f"chance on {sp['test_jobs']:,} test jobs (bootstrap, 90%): auc gain "
             f"{_interval(nz['auc_gain'])}, brier gain {_interval(nz['brier_gain'])}, ece "
-            f"{_interval(nz['ece'])}, runtime within 50% gain {_interval(nz['runtime_gain'])}; "
+            f"{_interval(nz['ece'], signed=False)}, runtime within 50% gain {_interval(nz['runtime_gain'])}; "
             f"a perfectly calibrated model would show ece {nz['ece_floor']['mean']:.3f} here"
         )
         bl = nz.get("by_user_day")
-        if bl:
+        if bl and bl["blocks"] < sp["test_jobs"]:  # with no users each job is its own block: said above
             out.print(
                 f"resampling whole user-days instead ({bl['blocks']:,}; a user's jobs of one day tend to "
                 f"succeed or fail together): auc gain {_interval(bl['auc_gain'])}, brier gain "
-                f"{_interval(bl['brier_gain'])}, ece {_interval(bl['ece'])}, runtime within 50% gain "
-                f"{_interval(bl['runtime_gain'])}"
+                f"{_interval(bl['brier_gain'])}, ece {_interval(bl['ece'], signed=False)}, "
+                f"runtime within 50% gain {_interval(bl['runtime_gain'])}"
             )
     for claim, ok in report["claims"].items():
         if isinstance(ok, bool):
             out.print(f"{'[green]yes[/]' if ok else '[red]no[/]'}  {claim}", markup=True)
 
 
-def _interval(iv: dict[str, float] | None) -> str:
-    return "-" if iv is None else f"{iv['p05']:+.3f}..{iv['p95']:+.3f}"
+def _percent(p: float) -> str:
+    """Whole percents, but never a flat 0% or 100% for a probability that is neither."""
+    if 0 < p < 0.005:
+        return "<1%"
+    if 0.995 <= p < 1:
+        return ">99%"
+    return f"{p:.0%}"
+
+
+def _interval(iv: dict[str, float] | None, *, signed: bool = True) -> str:
+    """A 90% interval; gains carry their sign, a level (ece) does not."""
+    if iv is None:
+        return "-"
+    f = "+.3f" if signed else ".3f"
+    return f"{iv['p05']:{f}}..{iv['p95']:{f}}"
 
 
 @app.command("validate")
@@ -334,7 +353,7 @@ def _check_job(db: Path | None, job_id: str, source: str | None, include_cpu: bo
     picks one), or is a CPU-only job without --include-cpu."""
     from headway.store import JobStore, StoreError
 
-    sql = "SELECT source, coalesce(gpus, 0) > 0 FROM jobs WHERE job_id = ?"
+    sql = "SELECT source, coalesce(gpus, 0) > 0, submit_time IS NOT NULL FROM jobs WHERE job_id = ?"
     params: list[object] = [job_id]
     if source:
         sql += " AND source = ?"
@@ -351,6 +370,11 @@ def _check_job(db: Path | None, job_id: str, source: str | None, include_cpu: bo
         fail(f"job {job_id!r} is in {len(found)} sources ({names}); pass --source to pick one")
     if not found[0][1] and not include_cpu:
         fail(f"job {job_id!r} asks for no GPU: predict ignores CPU-only jobs unless --include-cpu")
+    if not found[0][2]:
+        fail(
+            f"job {job_id!r} has no submit time in the store: nothing says what was known when it was "
+            "submitted"
+        )
 
 
 _TL_RE = re.compile(r"^(?:(\d+)-)?(\d+):(\d\d)(?::(\d\d))?$")
@@ -473,8 +497,8 @@ def show(
             tl_s = parse_time_limit(time_limit) if time_limit is not None else math.nan
         except ValueError as e:
             fail(str(e))
-        if not tl_s > 0 and time_limit is not None:
-            fail(f"--time-limit: must be more than 0 seconds, got {time_limit!r}")
+        if time_limit is not None and not 0 < tl_s < 1e9:  # nan, inf and 1e400 included
+            fail(f"--time-limit: must be more than 0 seconds and under 30 years, got {time_limit!r}")
         if gpus == 0 and not include_cpu:
             fail("--gpus 0 is a CPU-only job: predict ignores those unless --include-cpu")
         now, at_note = _submit_time(at, frame.end)
@@ -543,7 +567,7 @@ def show(
     out.print(f"[bold]{who}[/] user={job['user']} name={job['name']} gpus={job['gpus']:g}", markup=True)
     if note:
         out.print(note)
-    out.print(f"  P(completes)          {p_s:.0%}")
+    out.print(f"  P(completes)          {_percent(p_s)}")
     out.print(f"  runtime if it does    {duration(rt_s)} (p90 {duration(p90)})")
     out.print(f"  time to failure       {duration(ttf_s)}")
     advice = (

@@ -111,6 +111,10 @@ class Calibration:
             raise ValueError("calibration: a value that is not a finite number")
         if len(self.x) != len(self.y):
             raise ValueError("calibration: thresholds and values differ in length")
+        if self.kind == "isotonic" and (
+            not self.x or any(b < a for a, b in zip(self.x, self.x[1:], strict=False))
+        ):
+            raise ValueError("calibration: isotonic thresholds empty or not in increasing order")
 
     def apply(self, p: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         if self.kind == "isotonic" and self.x:
@@ -643,6 +647,13 @@ class Predictor:
             boosters = {k: lgb.Booster(model_str=s) for k, s in doc["boosters"].items()}
             cal = Calibration(**doc["calibration"])
             cal.check()
+            vocab, meta = doc["vocab"], doc.get("meta", {})
+            if not isinstance(meta, dict) or not isinstance(vocab, dict):
+                raise TypeError("vocab and meta must be objects")
+            if not all(isinstance(v, list) and all(isinstance(w, str) for w in v) for v in vocab.values()):
+                raise TypeError("vocab: every category must list words")
         except (KeyError, TypeError, ValueError, lgb.basic.LightGBMError) as e:
-            raise ModelFileError(f"{path}: damaged model file ({str(e).splitlines()[0]})") from e
-        return cls(vocab=doc["vocab"], calibration=cal, boosters=boosters, meta=doc.get("meta", {}))
+            raise ModelFileError(
+                f"{path}: damaged model file ({(str(e).splitlines() or [repr(e)])[0]})"
+            ) from e
+        return cls(vocab=vocab, calibration=cal, boosters=boosters, meta=meta)

@@ -305,6 +305,7 @@ def write_sacct(table: pa.Table, path: str) -> None:
             "gpus",
             "nodes",
             "cpus",
+            "mem_mb",
             "time_limit",
             "priority_class",
         ]
@@ -321,10 +322,12 @@ def write_sacct(table: pa.Table, path: str) -> None:
         for i in range(table.num_rows):
             g = int(d["gpus"][i])
             nn = d["nodes"][i]
-            tres = f"billing={d['cpus'][i]},cpu={d['cpus'][i]},gres/gpu={g},node={nn}"
+            mem = f"mem={d['mem_mb'][i]}M," if d["mem_mb"][i] is not None else ""
+            tres = f"billing={d['cpus'][i]},cpu={d['cpus'][i]},gres/gpu={g},{mem}node={nn}"
+            nodelist = "n1" if nn == 1 else f"n[1-{nn}]"
             limit_min = (d["time_limit"][i] + 59) // 60 if d["time_limit"][i] is not None else ""
             fh.write(
                 f"{d['job_id'][i]}|{d['name'][i]}|{d['user'][i]}|{d['group'][i]}|{d['partition'][i]}|"
                 f"{d['state'][i]}|{d['exit_code'][i]}:0|{sub[i]}|{st[i]}|{en[i]}|{el[i]}|{limit_min}|{tres}|"
-                f"{nn}|n[1-{nn}]|1|{d['priority_class'][i]}|{tres}\n"
+                f"{nn}|{nodelist}|1|{d['priority_class'][i]}|{tres}\n"
             )

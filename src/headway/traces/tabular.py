@@ -60,7 +60,9 @@ def local_tz_name() -> str:
 
 
 def check_tz(tz: str) -> str:
-    """Fail early with one line on a time zone Arrow does not know."""
+    """Fail early with one line on a time zone Arrow does not know (`utc` is UTC, as people write it)."""
+    if tz.strip().upper() == "UTC":
+        return "UTC"
     try:
         pc.assume_timezone(pa.array([0], pa.timestamp("s")), timezone=tz)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
@@ -617,7 +619,9 @@ class Frame:
                 in_range = pc.fill_null(pc.less(us, EPOCH_LIMIT_US), True)  # the pattern has no minus sign
                 if check:
                     unit = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}[epoch_unit]
-                    self.flag(pc.invert(in_range), f"{what}: epoch time out of range (read as {unit})", values)
+                    self.flag(
+                        pc.invert(in_range), f"{what}: epoch time out of range (read as {unit})", values
+                    )
                 us = pc.if_else(in_range, us, pa.scalar(None, pa.float64()))
                 out = us.cast(pa.int64()).cast(pa.timestamp("us", tz="UTC"))
         for fmt in formats:
