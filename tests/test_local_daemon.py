@@ -6,14 +6,17 @@ import base64
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import psutil
+import pytest
 
 from test_local_support import DaemonProc, cli, start_daemon, wait_until
 
@@ -282,6 +285,23 @@ def test_client_errors_are_one_clear_line(start_daemon: Callable[..., DaemonProc
     assert bad_time.returncode == 1 and "time 'soon'" in bad_time.stderr
     missing = cli("cancel", "999", state_dir=d.state_dir)
     assert missing.returncode == 1 and "no job 999" in missing.stderr
+    huge = cli("why", "99999999999999999999", state_dir=d.state_dir)
+    assert huge.returncode == 1 and "no job 99999999999999999999" in huge.stderr
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    lost = subprocess.run(
+        [
+            "sh",
+            "-c",
+            f'cd {gone} && rmdir {gone} && exec "$@"',
+            "sh",
+            *_cli_argv("submit", d.state_dir, "true"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert lost.returncode == 1 and "the current directory no longer exists" in lost.stderr, lost.stderr
     second = DaemonProc(d.state_dir)
     try:
         second.start(timeout=10)
@@ -379,3 +399,136 @@ def test_the_daemons_files_are_private_and_jobs_keep_the_umask_it_was_started_wi
             assert path.stat().st_mode & 0o777 == 0o600, name
     assert (d.state_dir / "queue.sqlite").exists() and (d.state_dir / "daemon.log").exists()
     assert made.stat().st_mode & 0o777 == 0o644  # the job's own files: the daemon's umask, not 077
+
+
+class _FailingCommit:
+    """A SQLite connection whose next COMMITs fail as on a full disk (the rest passes through)."""
+
+    def __init__(self, con: sqlite3.Connection, failures: int) -> None:
+        self._con, self.failures = con, failures
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql == "COMMIT" and self.failures:
+            self.failures -= 1
+            raise sqlite3.OperationalError("database or disk is full")
+        return self._con.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+
+def test_a_failed_database_write_refuses_the_submit_and_the_queue_carries_on(tmp_path: Path) -> None:
+    """A full disk at one submit left the job in the daemon's memory but not in its database: every later
+    submit failed ("job 3 submitted twice") and the watcher logged a traceback every 50 ms."""
+    import logging
+
+    from headway.local.daemon import Daemon, DaemonConfig
+    from headway.local.ordering import LocalPlanner
+
+    d = Daemon(DaemonConfig(state_dir=tmp_path / "state", gpu_ids=(0, 1)), LocalPlanner("fifo"))
+    umask = os.umask(0o022)
+    os.umask(umask)
+    handlers = list(logging.getLogger("headway").handlers)
+    try:
+        d.open()  # sets this process's umask to 077 and adds log handlers: both are put back below
+        _submit_through_a_failed_commit(d, tmp_path)
+    finally:
+        os.umask(umask)
+        log = logging.getLogger("headway")
+        for h in [h for h in log.handlers if h not in handlers]:
+            log.removeHandler(h)
+            h.close()
+
+
+def _submit_through_a_failed_commit(d: Any, tmp_path: Path) -> None:
+    from headway.local.daemon import Caller, RequestError
+
+    assert d.db is not None
+    me = Caller(os.getpid(), os.getuid(), os.getgid())
+    job = {"op": "submit", "argv": ["true"], "cwd": str(tmp_path), "env": {}, "gpus": 1}
+    first = d.op_submit(me, job)["id"]
+    real = d.db.con
+    d.db.con = _FailingCommit(real, failures=1)  # type: ignore[assignment]
+    with pytest.raises(RequestError, match="the job was not queued: the queue's database cannot be written"):
+        d.op_submit(me, job)
+    d.db.con = real
+    second = d.op_submit(me, job)["id"]
+    assert set(d.core.jobs) == {first, second} == {j.id for j in d.db.load_active()}
+    d.core.validate()
+    d.db.con = _FailingCommit(real, failures=1)  # type: ignore[assignment]
+    with pytest.raises(sqlite3.OperationalError):
+        d.schedule(time.time())  # a pass that would launch both jobs: nothing of it is kept or done
+    d.db.con = real
+    assert all(j.state.value == "PENDING" for j in d.core.jobs.values())
+    assert {j.id: j.state for j in d.db.load_active()} == {j.id: j.state for j in d.core.jobs.values()}
+
+
+def test_a_restart_with_fewer_gpus_keeps_running_jobs_and_cancels_jobs_that_can_no_longer_fit(
+    start_daemon: Callable[..., DaemonProc],
+) -> None:
+    """It was a CoreError traceback at start-up ("job 2 holds unknown GPU 1"); a pending 3-GPU job on a
+    1-GPU server stayed pending for ever, and under fifo held up every job behind it."""
+    d = start_daemon(gpus="0,1,2")
+    one = d.submit(["sleep", "30"], gpus=1)
+    two = d.submit(["sleep", "30"], gpus=2)
+    wait_until(
+        lambda: all(d.ask({"op": "why", "id": j})["job"]["state"] == "RUNNING" for j in (one, two)),
+        20,
+        "both to start",
+    )
+    too_big = d.submit(["true"], gpus=3)
+    d.kill(signal.SIGKILL)
+    small = DaemonProc(d.state_dir, "--policy", "fifo", gpus="0,")  # GPU 0 alone
+    small.start()  # adopts the jobs on GPUs 1 and 2, which it no longer hands out
+    try:
+        wait_until(_ended(small, [too_big]), 20, "the job that can no longer fit to be cancelled")
+        h = _history(small)[too_big]
+        assert h["state"] == "CANCELLED" and "this server now has 1" in str(h["reason"]), h
+        assert {small.ask({"op": "why", "id": j})["job"]["state"] for j in (one, two)} == {"RUNNING"}
+        cpu = small.submit(["true"], gpus=0)  # behind the cancelled job in fifo order
+        wait_until(_ended(small, [cpu]), 20, "the job behind it to run")
+    finally:
+        small.cleanup()
+
+
+def test_processes_that_left_the_group_die_even_when_the_supervisor_is_killed(
+    start_daemon: Callable[..., DaemonProc], tmp_path: Path
+) -> None:
+    """The supervisor is the subreaper of its job; with it killed (OOM killer, an admin), a setsid child
+    re-parented to init and kept running on a GPU the queue gave out again."""
+    from headway.local import runs
+
+    d = start_daemon(gpus="1")
+    pidfile = tmp_path / "escaped.pid"
+    jid = d.submit(["sh", "-c", f"setsid sleep 307 & echo $! > {pidfile}; sleep 60"])
+    rdir = d.state_dir / "runs" / f"{jid}.0"
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip() != "", 20, "the job to start")
+    escaped = int(pidfile.read_text())
+    assert _alive(escaped)
+    supervisor = int(json.loads((rdir / runs.CLAIM).read_text())["pid"])
+    os.kill(supervisor, signal.SIGKILL)
+    wait_until(_ended(d, [jid]), 20, "the daemon to notice")
+    wait_until(lambda: not _alive(escaped), 10, "the escaped process to be killed")
+
+
+def _cli_argv(verb: str, state_dir: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "headway.cli", verb, "--state-dir", str(state_dir), "--", *args]
+
+
+def test_cancel_tries_every_id_and_reports_each(start_daemon: Callable[..., DaemonProc]) -> None:
+    """`cancel 5 999 6` stopped at 999: job 5 was cancelled without a word, job 6 not at all, and with
+    --json nothing was printed."""
+    d = start_daemon(gpus="1")
+    d.submit(["sleep", "30"])  # holds the GPU
+    a, b = d.submit(["true"]), d.submit(["true"])
+    res = cli("cancel", str(a), "999", str(b), "--json", state_dir=d.state_dir)
+    assert res.returncode == 1
+    doc = json.loads(res.stdout)
+    assert [(r["id"], r["state"], r["error"]) for r in doc] == [
+        (a, "CANCELLED", None),
+        (999, None, "no job 999"),
+        (b, "CANCELLED", None),
+    ]
+    c = d.submit(["true"])
+    res = cli("cancel", "998", str(c), state_dir=d.state_dir)
+    assert res.returncode == 1 and "no job 998" in res.stderr and f"job {c}: cancel requested" in res.stdout

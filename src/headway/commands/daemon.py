@@ -26,7 +26,7 @@ def daemon(
         str,
         typer.Option(
             help="GPUs to hand out: `auto` (detect with NVML), a count N (N logical GPUs, for machines "
-            "without GPUs), or indices such as 0,1,3."
+            "without GPUs), or indices such as 0,1,3 (one index alone: 3, with a comma)."
         ),
     ] = "auto",
     state_dir: StateDirOpt = None,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from headway.commands.daemon import StateDirOpt
@@ -67,12 +68,16 @@ def submit(
             limit = parse_duration(time_limit)
         except ValueError as e:
             fail(str(e))
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:
+        fail("the current directory no longer exists (deleted?): cd to one the job can run in")
     reply = _ask(
         state_dir,
         {
             "op": "submit",
             "argv": list(command),
-            "cwd": os.getcwd(),
+            "cwd": cwd,
             "env": dict(os.environ),
             "gpus": gpus,
             "time_limit": limit,
@@ -171,13 +176,30 @@ def cancel(
     state_dir: StateDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Cancel your jobs (root: anyone's). A running job gets SIGTERM, then SIGKILL after the grace."""
-    results = [_ask(state_dir, {"op": "cancel", "id": jid}) for jid in job_ids]
+    """Cancel your jobs (root: anyone's). A running job gets SIGTERM, then SIGKILL after the grace.
+
+    Every id is tried, as scancel does; each gets its own line (or JSON entry), and the command exits 1
+    if any could not be cancelled."""
+    sd = resolve_state_dir(state_dir)
+    results: list[dict[str, Any]] = []
+    for jid in job_ids:
+        try:
+            r = request(sd, {"op": "cancel", "id": jid})
+            results.append({"id": r["id"], "state": r["state"], "note": r.get("note"), "error": None})
+        except DaemonUnreachable as e:
+            fail(str(e))  # no daemon: no id can be cancelled
+        except ClientError as e:
+            results.append({"id": jid, "state": None, "note": None, "error": str(e)})
     if as_json:
-        print_json([{"id": r["id"], "state": r["state"], "note": r.get("note")} for r in results])
-        return
-    for r in results:
-        out.print(r.get("note") or f"job {r['id']}: cancel requested ({r['state']})")
+        print_json(results)
+    else:
+        for r in results:
+            if r["error"]:
+                err.print(f"[bold red]error:[/] {escape(r['error'])}", markup=True, highlight=False)
+            else:
+                out.print(r["note"] or f"job {r['id']}: cancel requested ({r['state']})")
+    if any(r["error"] for r in results):
+        raise typer.Exit(1)
 
 
 def logs(

@@ -125,6 +125,7 @@ class Lost:
 class CancelRequested:
     job_id: int
     time: float
+    why: str = "cancelled while pending"  # the end's detail when the job had not started
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +237,9 @@ class QueueCore:
         self.ended: dict[int, JobState] = {}  # final state of every ended job (for --after)
         self.last_plan: Plan | None = None
         self._recent: dict[int, LocalJob] = {}
+        # GPUs that jobs launched before a restart still hold but this daemon no longer hands out
+        # (restarted with a smaller --gpus set): valid while those jobs run, never given again.
+        self.retired: set[int] = set()
 
     # -- loading after a restart --
 
@@ -243,7 +247,17 @@ class QueueCore:
         self.ended.update(ended)
         for job in active:
             self.jobs[job.id] = job
+            if job.state is not JobState.PENDING:
+                self.retired.update(g for g in job.gpu_ids if g not in self.gpu_ids)
         self.validate()
+
+    def reset(self) -> None:
+        """Forget everything (before loading again from the database, which is the truth)."""
+        self.jobs.clear()
+        self.ended.clear()
+        self._recent.clear()
+        self.retired.clear()
+        self.last_plan = None
 
     # -- queries --
 
@@ -271,7 +285,7 @@ class QueueCore:
             if len(j.gpu_ids) != j.gpus:
                 raise CoreError(f"job {j.id} wants {j.gpus} GPUs but holds {j.gpu_ids}")
             for g in j.gpu_ids:
-                if g not in self.gpu_ids:
+                if g not in self.gpu_ids and g not in self.retired:
                     raise CoreError(f"job {j.id} holds unknown GPU {g}")
                 if g in seen:
                     raise CoreError(f"GPU {g} given to jobs {seen[g]} and {j.id}")
@@ -327,7 +341,7 @@ class QueueCore:
                 if job is None:
                     return
                 if job.state is JobState.PENDING:
-                    self._end(job, JobState.CANCELLED, None, None, t, step, "cancelled while pending")
+                    self._end(job, JobState.CANCELLED, None, None, t, step, ev.why)
                 elif not job.cancel_requested:
                     job.cancel_requested = True
                     step.changed.add(jid)
@@ -393,6 +407,14 @@ class QueueCore:
         """An active job, or one that ended since the last `take_ended`."""
         return self.jobs.get(job_id) or self._recent.get(job_id)
 
+    def _on_our_gpus(self, job: LocalJob) -> LocalJob:
+        """A copy of a running job for the planner, holding only GPUs this daemon hands out."""
+        c = job.copy()
+        if self.retired and set(c.gpu_ids) & self.retired:
+            c.gpu_ids = tuple(g for g in c.gpu_ids if g not in self.retired)
+            c.gpus = len(c.gpu_ids)
+        return c
+
     def _schedule(self, now: float, step: Step) -> None:
         eligible: list[LocalJob] = []
         for cand in sorted(self.jobs.values(), key=lambda j: j.id):
@@ -413,7 +435,7 @@ class QueueCore:
         if not eligible:
             self.last_plan = None
             return
-        running = tuple(j.copy() for j in self.jobs.values() if j.state is not JobState.PENDING)
+        running = tuple(self._on_our_gpus(j) for j in self.jobs.values() if j.state is not JobState.PENDING)
         view = QueueView(now, self.gpu_ids, self.free_gpu_ids(), tuple(j.copy() for j in eligible), running)
         plan = self.planner(view)
         self.last_plan = plan

@@ -20,10 +20,12 @@ import pwd
 import shutil
 import signal
 import socket
+import sqlite3
 import struct
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,10 +208,22 @@ class Daemon:
         db = self._db()
         active = db.load_active()
         self.core.load(active, db.ended_states())
+        for g in sorted(self.core.retired):
+            holder = next(j.id for j in active if g in j.gpu_ids)
+            log.warning(
+                "job %d holds GPU %d, which this daemon no longer hands out: it keeps it until it ends",
+                holder,
+                g,
+            )
         events: list[Event] = []
         resend: list[Terminate] = []
+        n_gpus = len(self.cfg.gpu_ids)
         for job in active:
             if job.state is JobState.PENDING:
+                if job.gpus > n_gpus:  # queued before a restart with fewer GPUs: it can never start
+                    why = f"asks for {job.gpus} GPUs; this server now has {n_gpus}"
+                    log.warning("job %d: cancelled: %s", job.id, why)
+                    events.append(CancelRequested(job.id, time.time(), why))
                 continue
             rdir = runs.run_dir(self.state_dir, job.id, job.attempt)
             rdir.mkdir(parents=True, exist_ok=True)
@@ -261,11 +275,24 @@ class Daemon:
     def _kill_orphans(self, job: LocalJob) -> None:
         """A lost supervisor may leave its job running: kill the job's process group before its GPUs
         go to another job."""
-        info = runs.read_json(runs.run_dir(self.state_dir, job.id, job.attempt) / runs.JOB)
+        rdir = runs.run_dir(self.state_dir, job.id, job.attempt)
+        info = runs.read_json(rdir / runs.JOB)
         if info and info.get("pgid"):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(int(info["pgid"]), signal.SIGKILL)
                 log.warning("job %d: its supervisor was lost; killed its process group", job.id)
+        # Processes that left the group (setsid, a double fork) lost their subreaper with the supervisor:
+        # they are found by the token in their environment.
+        token = ((runs.read_json(rdir / runs.SPEC) or {}).get("env") or {}).get(runs.RUN_TOKEN_VAR)
+        if isinstance(token, str) and token:
+            pids = runs.tagged_pids(token)
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            if pids:
+                log.warning(
+                    "job %d: killed %d of its processes that outlived its supervisor", job.id, len(pids)
+                )
 
     def _db(self) -> StateDB:
         assert self.db is not None, "Daemon.open() first"
@@ -278,13 +305,17 @@ class Daemon:
         db = self._db()
         now = time.time() if now is None else now
         ended = self.core.take_ended()
-        with db.transaction():
-            jobs = [j for jid in step.changed if (j := self.core.jobs.get(jid) or ended.get(jid))]
-            db.save(jobs)
-            db.log_events(now, step.log)
-            for ins in step.instructions:
-                if isinstance(ins, LogDecision):
-                    db.log_decision(ins.plan, ins.now)
+        try:
+            with db.transaction():
+                jobs = [j for jid in step.changed if (j := self.core.jobs.get(jid) or ended.get(jid))]
+                db.save(jobs)
+                db.log_events(now, step.log)
+                for ins in step.instructions:
+                    if isinstance(ins, LogDecision):
+                        db.log_decision(ins.plan, ins.now)
+        except Exception:
+            self._resync()  # nothing of the step was carried out; the core follows the database again
+            raise
         if step.changed:
             self.dirty = True
         for ins in step.instructions:
@@ -295,6 +326,17 @@ class Daemon:
             elif isinstance(ins, Record):
                 self._observe(ins.job)
                 self._forget_runs(ins.job.id)
+
+    def _resync(self) -> None:
+        """After a failed commit (a full disk, a locked file) the core is ahead of the database: load it
+        again from the database, as at a restart. The run directories tell the rest (poll_runs)."""
+        db = self._db()
+        self.core.reset()
+        try:
+            self.core.load(db.load_active(), db.ended_states())
+        except Exception:
+            log.exception("cannot read the job database again after a failed write")
+        self.dirty = True
 
     def _launch(self, ins: Launch) -> None:
         db = self._db()
@@ -311,6 +353,7 @@ class Daemon:
             HEADWAY_JOB_ID=str(ins.job_id),
             HEADWAY_GPU_IDS=cuda,
         )
+        env[runs.RUN_TOKEN_VAR] = uuid.uuid4().hex
         spec = {
             "job_id": ins.job_id,
             "attempt": ins.attempt,
@@ -489,6 +532,9 @@ class Daemon:
         self.dirty = True
         return True
 
+    _pass_failures = 0
+    _pass_logged = 0.0
+
     async def watch(self) -> None:
         while not self.stopping:
             try:
@@ -507,8 +553,16 @@ class Daemon:
                 self.flush_store_soon()
                 if now - self._last_retrain > 60.0:
                     self.retrain(now)
+                self._pass_failures = 0
             except Exception:
-                log.exception("watcher pass failed")
+                # A full disk or a locked database fails every pass until it is fixed: log the first
+                # failure and then one a minute, and wait longer between tries (up to 30 s), so the
+                # daemon's log does not fill the disk it needs back.
+                self._pass_failures += 1
+                if self._pass_failures == 1 or time.time() - self._pass_logged >= 60.0:
+                    log.exception("watcher pass failed (%d in a row)", self._pass_failures)
+                    self._pass_logged = time.time()
+                await asyncio.sleep(min(30.0, 0.5 * 2 ** min(self._pass_failures - 1, 6)))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=self.cfg.poll)
             self.wake.clear()
@@ -709,38 +763,45 @@ class Daemon:
         groups = sorted(set(os.getgrouplist(pw.pw_name, pw.pw_gid)))
         now = time.time()
         db = self._db()
-        with db.transaction():
-            jid = db.insert_job(
-                {
-                    "user": pw.pw_name,
-                    "uid": caller.uid,
-                    "gid": pw.pw_gid,
-                    "groups": json.dumps(groups),
-                    "name": name,
-                    "argv": json.dumps(argv),
-                    "cwd": cwd,
-                    "env": json.dumps(env),
-                    "gpus": gpus,
-                    "time_limit": float(limit) if limit is not None else None,
-                    "priority": prio,
-                    "after": after,
-                    "submit_time": now,
-                    "state": JobState.PENDING.value,
-                }
-            )
-            job = LocalJob(
-                id=jid,
-                user=pw.pw_name,
-                uid=caller.uid,
-                name=name,
-                gpus=gpus,
-                submit_time=now,
-                time_limit=float(limit) if limit is not None else None,
-                priority=prio,
-                after=after,
-            )
-            step = self.core.handle(Submitted(job))
-            db.log_events(now, step.log)
+        try:
+            with db.transaction():
+                jid = db.insert_job(
+                    {
+                        "user": pw.pw_name,
+                        "uid": caller.uid,
+                        "gid": pw.pw_gid,
+                        "groups": json.dumps(groups),
+                        "name": name,
+                        "argv": json.dumps(argv),
+                        "cwd": cwd,
+                        "env": json.dumps(env),
+                        "gpus": gpus,
+                        "time_limit": float(limit) if limit is not None else None,
+                        "priority": prio,
+                        "after": after,
+                        "submit_time": now,
+                        "state": JobState.PENDING.value,
+                    }
+                )
+                job = LocalJob(
+                    id=jid,
+                    user=pw.pw_name,
+                    uid=caller.uid,
+                    name=name,
+                    gpus=gpus,
+                    submit_time=now,
+                    time_limit=float(limit) if limit is not None else None,
+                    priority=prio,
+                    after=after,
+                )
+                step = self.core.handle(Submitted(job))
+                db.log_events(now, step.log)
+        except sqlite3.Error as e:
+            self._resync()  # the core heard of the job inside the transaction that failed
+            log.error("submit of %r by %s not stored: %s", name, pw.pw_name, e)
+            raise RequestError(
+                f"the job was not queued: the queue's database cannot be written ({e})"
+            ) from None
         self.dirty = True
         self.wake.set()
         return {"id": jid, "name": name, "user": pw.pw_name}
@@ -748,6 +809,8 @@ class Daemon:
     def _owned(self, caller: Caller, job_id: Any, verb: str) -> dict[str, Any]:
         if not isinstance(job_id, int):
             raise RequestError(f"{verb}: job id must be a number")
+        if not 0 < job_id < 2**63:  # SQLite's integers end there
+            raise RequestError(f"no job {job_id}")
         row = self._db().row(job_id)
         if row is None:
             raise RequestError(f"no job {job_id}")
@@ -816,6 +879,8 @@ class Daemon:
         jid = msg.get("id")
         if not isinstance(jid, int):
             raise RequestError("why: job id must be a number")
+        if not 0 < jid < 2**63:  # SQLite's integers end there
+            raise RequestError(f"no job {jid}")
         return self.views.why(jid, time.time())
 
 

@@ -6,6 +6,7 @@ process (the case the queue must handle); a power cut may lose the last few tran
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
@@ -110,10 +111,13 @@ class StateDB:
         self.con.execute("BEGIN IMMEDIATE")
         try:
             yield self.con
+            self.con.execute("COMMIT")
         except BaseException:
-            self.con.execute("ROLLBACK")
+            # A failed COMMIT (a full disk) leaves the transaction open, and every later BEGIN failed;
+            # SQLite may also have rolled back already, so a failing ROLLBACK is not the error to show.
+            with contextlib.suppress(sqlite3.Error):
+                self.con.execute("ROLLBACK")
             raise
-        self.con.execute("COMMIT")
 
     # -- writes (call inside `transaction`) --
 

@@ -110,3 +110,26 @@ def inspect(rdir: Path) -> RunView:
         return RunView("lost", claim)
     finally:
         os.close(fd)
+
+
+RUN_TOKEN_VAR = "HEADWAY_RUN_TOKEN"  # in every job's environment: one value per launch (`tagged_pids`)
+
+
+def tagged_pids(token: str) -> list[int]:
+    """Live processes whose environment carries this launch's token: a job's processes that outlived
+    its supervisor (killed by the OOM killer or an admin), whatever session or parent they now have.
+    Processes that cleared their environment, or of other users for a daemon that is not root, are not
+    seen."""
+    want = f"{RUN_TOKEN_VAR}={token}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue  # gone, or not ours to read
+        if want in env.split(b"\0"):
+            found.append(int(entry))
+    return found

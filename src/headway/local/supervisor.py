@@ -135,6 +135,16 @@ def _wait_until(pid: int, deadline: float | None, stop_on_cancel: bool) -> bool:
         time.sleep(0.02)
 
 
+def _enter(cwd: str) -> None:
+    """In the child, as the job's user: enter its working directory, or say why not on the job's stderr
+    and exit 126 (an exception here reaches the parent only as "Exception occurred in preexec_fn")."""
+    try:
+        os.chdir(cwd)
+    except OSError as e:
+        os.write(2, f"headway: cannot enter the working directory {cwd!r}: {e.strerror}\n".encode())
+        os._exit(126)
+
+
 def _run(spec: dict[str, Any]) -> dict[str, Any]:
     uid, gid = int(spec["uid"]), int(spec["gid"])
     out = _open_log(spec["stdout"], uid, gid)
@@ -144,7 +154,7 @@ def _run(spec: dict[str, Any]) -> dict[str, Any]:
         kw.update(user=uid, group=gid, extra_groups=list(spec.get("groups") or [gid]))
         # Enter the working directory only after dropping to the user (Popen's cwd= would enter it as
         # root), so a job can never start inside a directory its user could not reach.
-        kw.update(cwd=None, preexec_fn=functools.partial(os.chdir, spec["cwd"]))
+        kw.update(cwd=None, preexec_fn=functools.partial(_enter, spec["cwd"]))
     os.umask(int(spec.get("umask", 0o022)))  # the daemon keeps its own files private with 077; not the job's
     start = time.time()
     try:
@@ -159,12 +169,11 @@ def _run(spec: dict[str, Any]) -> dict[str, Any]:
             **kw,
         )
     except (OSError, subprocess.SubprocessError) as e:
-        what = (
-            "cannot enter the working directory"
-            if isinstance(e, subprocess.SubprocessError)
-            else "cannot start"
-        )
-        os.write(err, f"headway: {what} {spec['argv'][0]!r}: {e}\n".encode())
+        if isinstance(e, subprocess.SubprocessError):
+            msg = f"cannot enter the working directory {spec['cwd']!r}: {e}"
+        else:
+            msg = f"cannot start {spec['argv'][0]!r}: {e}"
+        os.write(err, f"headway: {msg}\n".encode())
         code = 127 if isinstance(e, FileNotFoundError) else 126
         return {"state": "FAILED", "exit_code": code, "start_time": start, "end_time": time.time()}
     finally:
