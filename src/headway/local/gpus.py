@@ -50,7 +50,8 @@ def resolve_gpus(spec: str) -> GpuInventory:
         ids = tuple(int(p) for p in spec.split(",") if p.strip() != "")
     except ValueError:
         raise GpuSpecError(
-            f"--gpus {spec!r}: expected auto, a count such as 4, or indices such as 0,1,3 (one index alone: 3,)"
+            f"--gpus {spec!r}: expected auto, a count such as 4, or indices such as 0,1,3 "
+            "(one index alone: 3,)"
         ) from None
     if not ids or min(ids) < 0 or len(set(ids)) != len(ids):
         raise GpuSpecError(f"--gpus {spec!r}: indices must be distinct and >= 0")
