@@ -204,7 +204,8 @@ def test_time_limits_parse_the_way_slurm_users_write_them() -> None:
     assert parse_duration("1-12:00:00") == 36 * 3600
     assert parse_duration("45") == 45 * 60  # a bare number is minutes, as in sbatch --time
     assert parse_duration("5:30") == 330
-    for bad in ("", "abc", "1:2:3:4", "0", "-5"):
+    assert parse_duration("90:00") == 5400  # the first field may run over
+    for bad in ("", "abc", "1:2:3:4", "0", "-5", "1:99", "1:60:00", "1-2:75"):
         with pytest.raises(ValueError):
             parse_duration(bad)
     assert format_elapsed(65) == "1:05"
@@ -218,7 +219,8 @@ def test_gpu_specs_give_logical_listed_or_detected_gpus() -> None:
     assert resolve_gpus("4").ids == (0, 1, 2, 3)
     assert resolve_gpus("3,0,1").ids == (0, 1, 3)
     assert resolve_gpus("0").ids == ()
-    for bad in ("two", "1,1", "-1,2", ""):
+    assert resolve_gpus("3,").ids == (3,)  # one index alone
+    for bad in ("two", "1,1", "-1,2", "", "1000000", "5,1000000"):
         with pytest.raises(GpuSpecError):
             resolve_gpus(bad)
     auto = resolve_gpus("auto")  # NVML where present; on a machine without a driver, none and a note why

@@ -285,6 +285,8 @@ def test_client_errors_are_one_clear_line(start_daemon: Callable[..., DaemonProc
     assert bad_time.returncode == 1 and "time 'soon'" in bad_time.stderr
     missing = cli("cancel", "999", state_dir=d.state_dir)
     assert missing.returncode == 1 and "no job 999" in missing.stderr
+    tab = cli("submit", "--name", "a\tb", "--", "true", state_dir=d.state_dir)
+    assert tab.returncode == 1 and "no tabs, newlines or other control characters" in tab.stderr
     huge = cli("why", "99999999999999999999", state_dir=d.state_dir)
     assert huge.returncode == 1 and "no job 99999999999999999999" in huge.stderr
     gone = tmp_path / "gone"

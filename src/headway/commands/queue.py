@@ -261,6 +261,11 @@ def logs(
     if as_json:
         text = b"".join(chunks).decode("utf-8", errors="replace")
         print_json({"id": job_id, "stream": stream, "state": r["state"], "text": text})
+    elif follow and offset == 0:  # nothing came: say why the follow ended at once
+        err.print(
+            f"headway: job {job_id} ended {r['state']} with no {'stderr' if stderr else 'output'}",
+            soft_wrap=True,
+        )
 
 
 def history(

@@ -760,6 +760,10 @@ class Daemon:
         name = msg.get("name") or os.path.basename(argv[0])
         if not isinstance(name, str) or len(name) > 200:
             raise RequestError("--name must be a string of at most 200 characters")
+        if not name.isprintable():  # a tab or newline broke every table that lists the job
+            if msg.get("name"):
+                raise RequestError(f"--name {name!r}: no tabs, newlines or other control characters")
+            name = "".join(c if c.isprintable() else "?" for c in name)
         groups = sorted(set(os.getgrouplist(pw.pw_name, pw.pw_gid)))
         now = time.time()
         db = self._db()

@@ -30,8 +30,8 @@ def parse_duration(text: str) -> float:
                 secs = parts[0] * 3600 + parts[1] * 60 + parts[2]
             else:
                 raise ValueError
-            if any(p < 0 for p in parts) or days < 0:
-                raise ValueError
+            if any(p < 0 for p in parts) or days < 0 or any(p > 59 for p in parts[1:]):
+                raise ValueError  # `1:99` is no time (the first field may run over: 90:00 is 90 minutes)
             value = float(days * 86400 + secs)
         except ValueError:
             raise ValueError(

@@ -37,6 +37,9 @@ def nvml_gpus() -> tuple[list[str], str]:
         pynvml.nvmlShutdown()
 
 
+MAX_GPUS = 1024  # the largest servers hold 16; a bigger count is a typo (a million logged 6.8 MB)
+
+
 def resolve_gpus(spec: str) -> GpuInventory:
     """`auto` (NVML), `N` (N logical GPUs 0..N-1) or `0,1,3` (exactly those indices)."""
     spec = spec.strip()
@@ -45,6 +48,8 @@ def resolve_gpus(spec: str) -> GpuInventory:
         return GpuInventory(tuple(range(len(names))), tuple(names), "nvml", note)
     if spec.isdigit():
         n = int(spec)
+        if n > MAX_GPUS:
+            raise GpuSpecError(f"--gpus {spec}: more than {MAX_GPUS:,} GPUs on one server is no server")
         return GpuInventory(tuple(range(n)), ("logical",) * n, "logical")
     try:
         ids = tuple(int(p) for p in spec.split(",") if p.strip() != "")
@@ -53,6 +58,8 @@ def resolve_gpus(spec: str) -> GpuInventory:
             f"--gpus {spec!r}: expected auto, a count such as 4, or indices such as 0,1,3 "
             "(one index alone: 3,)"
         ) from None
+    if ids and (len(ids) > MAX_GPUS or max(ids) >= 1_000_000):
+        raise GpuSpecError(f"--gpus {spec[:40]!r}: at most {MAX_GPUS:,} GPUs, with indices under 1,000,000")
     if not ids or min(ids) < 0 or len(set(ids)) != len(ids):
         raise GpuSpecError(f"--gpus {spec!r}: indices must be distinct and >= 0")
     return GpuInventory(tuple(sorted(ids)), ("listed",) * len(ids), "list")

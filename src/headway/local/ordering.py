@@ -7,6 +7,7 @@ usage and failure streaks the snapshot needs come from `UsageBook`, fed with eve
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -324,8 +325,11 @@ def build_predictor(store: Path, extra: Sequence[Path] = (), model: Path | None 
     if model is not None and model.exists():
         try:
             pred.model = Predictor.load(model)
-        except (ModelFileError, OSError, ValueError):
-            pass  # a damaged model file: start from the fallbacks, the next retraining replaces it
+        except (ModelFileError, OSError, ValueError) as e:
+            # a damaged model file: start from the fallbacks, the next retraining replaces it
+            logging.getLogger("headway.daemon").warning(
+                "%s: not used (%s); cold-start estimates until the next retraining", model, e
+            )
         else:
             # The loaded model already covers this history: count retraining from now, not from zero.
             pred.mark_trained(model.stat().st_mtime)
