@@ -208,3 +208,80 @@ def test_a_damaged_model_file_is_named_with_what_is_wrong(
     path.write_text(json.dumps(doc))
     with pytest.raises(ModelFileError, match=f"damaged model file.*{why}"):
         Predictor.load(path)
+
+
+def test_one_failed_run_does_not_put_a_job_name_as_low_as_one_that_always_fails() -> None:
+    """A small queue's history that the model separates perfectly gave Platt an unbounded slope: a name
+    with one failed run got p = 0.001, as low as a name that failed forty times in a row. Platt's own
+    smoothed targets keep the map finite; the order stays."""
+    import datetime as dt
+
+    from headway.predict.api import EndedJob, SubmittedJob
+    from headway.predict.online import OnlinePredictor
+    from headway.schema import JobRecord, State, records_to_table
+
+    rng = np.random.default_rng(0)
+    t = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    recs = []
+    for i in range(400):
+        t += dt.timedelta(seconds=60)
+        r = rng.random()
+        if r < 0.8:
+            name, st = "true", State.COMPLETED
+        elif r < 0.9:
+            name, st = "bad", State.FAILED
+        else:
+            name, st = f"exp{i}", State.COMPLETED if rng.random() < 0.7 else State.FAILED
+        end = t + dt.timedelta(seconds=5)
+        recs.append(
+            JobRecord(
+                str(i + 1),
+                st,
+                "local",
+                "root",
+                None,
+                name,
+                submit_time=t,
+                start_time=t,
+                end_time=end,
+                gpus=1.0,
+            )
+        )
+    t += dt.timedelta(seconds=60)
+    end = t + dt.timedelta(seconds=5)
+    recs.append(
+        JobRecord(
+            "9999",
+            State.FAILED,
+            "local",
+            "root",
+            None,
+            "flaky",
+            submit_time=t,
+            start_time=t,
+            end_time=end,
+            gpus=1.0,
+        )
+    )
+    frame = build_features(records_to_table(recs))
+    model = Predictor.fit(frame)
+    assert model.calibration.kind == "platt"
+    online = OnlinePredictor(model)
+    for k in np.flatnonzero(frame.ended).tolist():
+        j = SubmittedJob(
+            frame.job_id[k], "root", None, frame.name[k], None, None, float(frame.submit[k]), 1.0, 1, None
+        )
+        online.observe_end(EndedJob(j, float(frame.start[k]), float(frame.end[k]), frame.state[k]))
+    now = float(frame.end.max()) + 10.0
+    names = ("flaky", "true", "bad")
+    p = dict(
+        zip(
+            names,
+            online.predict(
+                [SubmittedJob(f"n-{n}", "root", None, n, None, None, now, 1.0, 1, None) for n in names], now
+            ).p_success,
+            strict=True,
+        )
+    )
+    assert p["bad"] < p["flaky"] < p["true"]
+    assert p["flaky"] > 0.1 and p["bad"] < 0.2, p

@@ -143,7 +143,20 @@ class Calibration:
             from sklearn.linear_model import LogisticRegression
 
             pc = np.clip(p, 1e-6, 1 - 1e-6)
-            lr = LogisticRegression(C=1e6).fit(np.log(pc / (1 - pc)).reshape(-1, 1), y, sample_weight=weight)
+            z = np.log(pc / (1 - pc)).reshape(-1, 1)
+            # Platt's own targets (1999): (N+ + 1) / (N+ + 2) for successes and 1 / (N- + 2) for failures,
+            # not 1 and 0. A slice the model separates perfectly (a small local queue's: every failure of
+            # a name it has seen fail) otherwise gets an unbounded slope, and one failed run put a job
+            # name at p = 0.001, as low as a name that failed forty times. On large slices the targets
+            # are 1 and 0 to within 1 / N. (Fitted as each row twice, once per label, weighted.)
+            n_pos, n_neg = int(y.sum()), int((~y).sum())
+            t = np.where(y, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))
+            w = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
+            lr = LogisticRegression(C=1e6).fit(
+                np.vstack([z, z]),
+                np.r_[np.ones(len(y), bool), np.zeros(len(y), bool)],
+                sample_weight=np.r_[w * t, w * (1.0 - t)],
+            )
             a = float(lr.coef_[0, 0])
             if not a > 0:  # the slice ranks against the model (no signal, small data): never reverse it
                 return cls()
