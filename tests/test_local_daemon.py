@@ -10,7 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -419,45 +419,65 @@ class _FailingCommit:
         return getattr(self._con, name)
 
 
-def test_a_failed_database_write_refuses_the_submit_and_the_queue_carries_on(tmp_path: Path) -> None:
-    """A full disk at one submit left the job in the daemon's memory but not in its database: every later
-    submit failed ("job 3 submitted twice") and the watcher logged a traceback every 50 ms."""
+@pytest.fixture
+def inproc(tmp_path: Path) -> Iterator[Any]:
+    """A Daemon object in this process (no event loop: the tests call its steps), for faults a real
+    daemon cannot be made to meet on cue. What `open` changes in this process is put back."""
     import logging
 
     from headway.local.daemon import Daemon, DaemonConfig
     from headway.local.ordering import LocalPlanner
 
     d = Daemon(DaemonConfig(state_dir=tmp_path / "state", gpu_ids=(0, 1)), LocalPlanner("fifo"))
-    umask = os.umask(0o022)
+    log = logging.getLogger("headway")
+    umask, handlers, level = os.umask(0o022), list(log.handlers), log.level
     os.umask(umask)
-    handlers = list(logging.getLogger("headway").handlers)
     try:
-        d.open()  # sets this process's umask to 077 and adds log handlers: both are put back below
-        _submit_through_a_failed_commit(d, tmp_path)
+        d.open()  # sets the umask to 077, replaces the log handlers, takes the state dir's lock
+        yield d
     finally:
         os.umask(umask)
-        log = logging.getLogger("headway")
-        for h in [h for h in log.handlers if h not in handlers]:
+        for h in list(log.handlers):
             log.removeHandler(h)
-            h.close()
+            if h not in handlers:
+                h.close()
+        for h in handlers:
+            log.addHandler(h)
+        log.setLevel(level)
+        if d.db is not None:
+            d.db.con.close()
+        if d._lock_fd is not None:
+            os.close(d._lock_fd)
 
 
-def _submit_through_a_failed_commit(d: Any, tmp_path: Path) -> None:
-    from headway.local.daemon import Caller, RequestError
+def _job(tmp_path: Path) -> dict[str, Any]:
+    return {"op": "submit", "argv": ["true"], "cwd": str(tmp_path), "env": {}, "gpus": 1}
 
-    assert d.db is not None
-    me = Caller(os.getpid(), os.getuid(), os.getgid())
-    job = {"op": "submit", "argv": ["true"], "cwd": str(tmp_path), "env": {}, "gpus": 1}
-    first = d.op_submit(me, job)["id"]
+
+def _me() -> Any:
+    from headway.local.daemon import Caller
+
+    return Caller(os.getpid(), os.getuid(), os.getgid())
+
+
+def test_a_failed_database_write_refuses_the_submit_and_the_queue_carries_on(
+    inproc: Any, tmp_path: Path
+) -> None:
+    """A full disk at one submit left the job in the daemon's memory but not in its database: every later
+    submit failed ("job 3 submitted twice") and the watcher logged a traceback every 50 ms."""
+    from headway.local.daemon import RequestError
+
+    d = inproc
+    first = d.op_submit(_me(), _job(tmp_path))["id"]
     real = d.db.con
-    d.db.con = _FailingCommit(real, failures=1)  # type: ignore[assignment]
+    d.db.con = _FailingCommit(real, failures=1)
     with pytest.raises(RequestError, match="the job was not queued: the queue's database cannot be written"):
-        d.op_submit(me, job)
+        d.op_submit(_me(), _job(tmp_path))
     d.db.con = real
-    second = d.op_submit(me, job)["id"]
+    second = d.op_submit(_me(), _job(tmp_path))["id"]
     assert set(d.core.jobs) == {first, second} == {j.id for j in d.db.load_active()}
     d.core.validate()
-    d.db.con = _FailingCommit(real, failures=1)  # type: ignore[assignment]
+    d.db.con = _FailingCommit(real, failures=1)
     with pytest.raises(sqlite3.OperationalError):
         d.schedule(time.time())  # a pass that would launch both jobs: nothing of it is kept or done
     d.db.con = real
@@ -465,14 +485,71 @@ def _submit_through_a_failed_commit(d: Any, tmp_path: Path) -> None:
     assert {j.id: j.state for j in d.db.load_active()} == {j.id: j.state for j in d.core.jobs.values()}
 
 
-def test_a_restart_with_fewer_gpus_keeps_running_jobs_and_cancels_jobs_that_can_no_longer_fit(
+def test_a_daemon_that_cannot_reload_its_database_stops_instead_of_giving_gpus_twice(
+    inproc: Any, tmp_path: Path
+) -> None:
+    """With the reload after a failed write failing too, the core stayed empty and the next submit got
+    the GPU a running job held."""
+    from headway.local.daemon import RequestError
+
+    d = inproc
+    d.op_submit(_me(), _job(tmp_path))
+    d.db.con = _FailingCommit(d.db.con, failures=1)
+
+    def unreadable() -> None:
+        raise sqlite3.DatabaseError("disk I/O error")
+
+    d.db.load_active = unreadable
+    with pytest.raises(RequestError):
+        d.op_submit(_me(), _job(tmp_path))
+    assert d.broken and d.stopping
+    with pytest.raises(RequestError, match="cannot read its job database"):
+        d.handle(_me(), _job(tmp_path))
+
+
+def test_a_launch_that_fails_on_a_full_disk_is_requeued_and_the_others_start(
+    inproc: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first launch's spec.json failing (ENOSPC) skipped the second launch, and every later pass
+    failed on the run directory that was never made, until a restart."""
+    import errno
+
+    from headway.local import runs
+
+    d = inproc
+    ids = [d.op_submit(_me(), _job(tmp_path))["id"] for _ in range(2)]
+    real_write = runs.write_atomic
+    failures = [1]
+
+    def full_disk(path: Path, data: dict[str, Any], **kw: Any) -> None:
+        if path.name == runs.SPEC and failures[0]:
+            failures[0] -= 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(path, data, **kw)
+
+    monkeypatch.setattr(runs, "write_atomic", full_disk)
+    d.schedule(time.time())  # both launch; the first cannot write its spec
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        d.poll_runs()
+        d.schedule(time.time())
+        if all(d.core.state_of(j) is not None and not d.core.state_of(j).active for j in ids):
+            break
+        time.sleep(0.1)
+    states = {j: d.core.state_of(j) for j in ids}
+    assert {s.value for s in states.values() if s is not None} == {"COMPLETED"}, states
+
+
+def test_a_restart_with_fewer_gpus_keeps_running_jobs_and_parks_jobs_that_no_longer_fit(
     start_daemon: Callable[..., DaemonProc],
 ) -> None:
     """It was a CoreError traceback at start-up ("job 2 holds unknown GPU 1"); a pending 3-GPU job on a
-    1-GPU server stayed pending for ever, and under fifo held up every job behind it."""
+    1-GPU server held up, under fifo, every job behind it. It now waits aside (BadConstraints), not
+    cancelled: NVML not up yet at boot also makes a daemon see fewer GPUs, and the job runs again under
+    one that has them."""
     d = start_daemon(gpus="0,1,2")
-    one = d.submit(["sleep", "30"], gpus=1)
-    two = d.submit(["sleep", "30"], gpus=2)
+    one = d.submit(["sleep", "8"], gpus=1)
+    two = d.submit(["sleep", "8"], gpus=2)
     wait_until(
         lambda: all(d.ask({"op": "why", "id": j})["job"]["state"] == "RUNNING" for j in (one, two)),
         20,
@@ -483,14 +560,17 @@ def test_a_restart_with_fewer_gpus_keeps_running_jobs_and_cancels_jobs_that_can_
     small = DaemonProc(d.state_dir, "--policy", "fifo", gpus="0,")  # GPU 0 alone
     small.start()  # adopts the jobs on GPUs 1 and 2, which it no longer hands out
     try:
-        wait_until(_ended(small, [too_big]), 20, "the job that can no longer fit to be cancelled")
-        h = _history(small)[too_big]
-        assert h["state"] == "CANCELLED" and "this server now has 1" in str(h["reason"]), h
         assert {small.ask({"op": "why", "id": j})["job"]["state"] for j in (one, two)} == {"RUNNING"}
-        cpu = small.submit(["true"], gpus=0)  # behind the cancelled job in fifo order
+        cpu = small.submit(["true"], gpus=0)  # behind the 3-GPU job in fifo order
         wait_until(_ended(small, [cpu]), 20, "the job behind it to run")
+        why = small.ask({"op": "why", "id": too_big})
+        assert why["job"]["state"] == "PENDING" and why["job"]["reason"] == "BadConstraints", why
+        assert "this daemon hands out 1" in " ".join(why["explanation"])
     finally:
-        small.cleanup()
+        small.kill(signal.SIGKILL)
+    d.start()  # three GPUs again: it runs once the two sleeps end
+    wait_until(_ended(d, [too_big]), 40, "the 3-GPU job to run")
+    assert _history(d)[too_big]["state"] == "COMPLETED"
 
 
 def test_processes_that_left_the_group_die_even_when_the_supervisor_is_killed(

@@ -146,7 +146,7 @@ def test_a_bom_before_a_comment_line_still_reads_the_file(tmp_path: Path) -> Non
 def test_a_header_repeated_inside_the_log_is_a_bad_row_not_a_job(tmp_path: Path) -> None:
     """Logs joined with `cat` repeat the header; it was stored as a job `id` in state UNKNOWN."""
     log = tmp_path / "joined.csv"
-    log.write_text("id,status\n1,COMPLETED\nid,status\n2,FAILED\n")
+    log.write_text("\ufeffid,status\n1,COMPLETED\n\ufeffid,status\n2,FAILED\n")  # each file had a BOM
     m = tmp_path / "m.toml"
     m.write_text('[fields]\njob_id="id"\nstate="status"\n')
     res = READER.read(log, ReadOptions(mapping=m))
@@ -154,3 +154,23 @@ def test_a_header_repeated_inside_the_log_is_a_bad_row_not_a_job(tmp_path: Path)
     assert [(b.line, b.reason) for b in res.bad_rows] == [
         (3, "a repeated header line (logs joined together?)")
     ]
+
+
+def test_a_mapping_leaves_parquet_files_to_their_own_reader(tmp_path: Path) -> None:
+    """With --mapping, every file went to the csv reader: a Parquet file beside the CSV failed, its
+    binary header printed as column names."""
+    from typer.testing import CliRunner
+
+    from headway.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["synth", "-n", "20", "-o", str(tmp_path / "c.csv"), "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["synth", "-n", "30", "-o", str(tmp_path / "p.parquet"), "--seed", "2"])
+    assert res.exit_code == 0, res.output
+    db = tmp_path / "j.duckdb"
+    args = ["ingest", "--db", str(db), "--json", "--source", "mixed"]
+    res = runner.invoke(
+        app, [*args, "--mapping", str(tmp_path / "c.mapping.toml"), str(tmp_path / "p.parquet")]
+    )
+    assert res.exit_code == 0, res.output

@@ -89,3 +89,30 @@ def test_no_output_option_replaces_a_job_store(tmp_path: Path) -> None:
     assert db.read_bytes() == before
     res = runner.invoke(app, ["audit", "--db", str(db), "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["totals"]["jobs"] == 80
+
+
+def test_an_output_that_is_a_pipe_is_written_not_read(tmp_path: Path) -> None:
+    """The store check opened the output to read its first bytes: on a FIFO or /dev/stdout it waited
+    for a writer for ever."""
+    import os
+    import threading
+
+    from headway.console import is_duckdb_file
+
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    assert not is_duckdb_file(fifo)  # returns at once
+    res = runner.invoke(app, ["synth", "-n", "5", "-o", str(fifo), "--format", "sacct"])
+    reader.join(timeout=30)
+    assert res.exit_code == 0, res.output
+    assert got and got[0].startswith(b"JobID|")
+
+
+def test_demo_refuses_a_report_named_as_its_store(tmp_path: Path) -> None:
+    same = tmp_path / "x"
+    res = runner.invoke(app, ["demo", "--db", str(same), "--html", str(same)])
+    assert res.exit_code == 1 and "is the job store given as --db" in " ".join(res.output.split())
+    assert not same.exists()

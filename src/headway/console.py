@@ -50,7 +50,10 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 
 def is_duckdb_file(path: Path) -> bool:
-    """Whether `path` is a DuckDB database (bytes 8-11 are `DUCK`), such as a job store."""
+    """Whether `path` is a DuckDB database (bytes 8-11 are `DUCK`), such as a job store. Only a regular
+    file is read: opening a FIFO or /dev/stdout to look would wait for a writer for ever."""
+    if not path.is_file():
+        return False
     try:
         with path.open("rb") as f:
             return f.read(12)[8:12] == b"DUCK"

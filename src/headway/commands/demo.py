@@ -41,6 +41,8 @@ def demo(
     if db.is_dir():
         fail(f"{db}: is a directory; give a file name for --db")
     check_output_file(html, "--html")
+    if html.resolve() == db.resolve():
+        fail(f"--html {html} is the job store given as --db; give the report another file name")
     try:
         sample = sample_path(SAMPLE)
     except FileNotFoundError as e:

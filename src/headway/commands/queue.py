@@ -182,12 +182,19 @@ def cancel(
     if any could not be cancelled."""
     sd = resolve_state_dir(state_dir)
     results: list[dict[str, Any]] = []
+    gone: str | None = None  # the daemon stopped answering: the ids after it are not tried
     for jid in job_ids:
+        if gone is not None:
+            results.append({"id": jid, "state": None, "note": None, "error": f"not tried: {gone}"})
+            continue
         try:
             r = request(sd, {"op": "cancel", "id": jid})
             results.append({"id": r["id"], "state": r["state"], "note": r.get("note"), "error": None})
         except DaemonUnreachable as e:
-            fail(str(e))  # no daemon: no id can be cancelled
+            if not results:
+                fail(str(e))  # no daemon at all: no id can be cancelled
+            gone = str(e)
+            results.append({"id": jid, "state": None, "note": None, "error": gone})
         except ClientError as e:
             results.append({"id": jid, "state": None, "note": None, "error": str(e)})
     if as_json:

@@ -125,7 +125,6 @@ class Lost:
 class CancelRequested:
     job_id: int
     time: float
-    why: str = "cancelled while pending"  # the end's detail when the job had not started
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +220,9 @@ class Step:
     instructions: list[Instruction] = field(default_factory=list)
     changed: set[int] = field(default_factory=set)
     log: list[tuple[int, str, str]] = field(default_factory=list)  # (job id, kind, detail)
+
+
+TOO_BIG = "BadConstraints"  # Slurm's word for a job whose request this server cannot meet
 
 
 class CoreError(RuntimeError):
@@ -341,7 +343,7 @@ class QueueCore:
                 if job is None:
                     return
                 if job.state is JobState.PENDING:
-                    self._end(job, JobState.CANCELLED, None, None, t, step, ev.why)
+                    self._end(job, JobState.CANCELLED, None, None, t, step, "cancelled while pending")
                 elif not job.cancel_requested:
                     job.cancel_requested = True
                     step.changed.add(jid)
@@ -431,6 +433,13 @@ class QueueCore:
                     why = f"dependency {cand.after} ended {dep}"
                     self._end(cand, JobState.CANCELLED, None, None, now, step, why)
                     continue
+            if cand.gpus > len(self.gpu_ids):
+                # Queued before a restart with fewer GPUs (or NVML not up yet): it can never start here,
+                # and must not hold up the jobs behind it. It waits for a daemon with enough GPUs.
+                if cand.reason != TOO_BIG:
+                    cand.reason = TOO_BIG
+                    step.changed.add(cand.id)
+                continue
             eligible.append(cand)
         if not eligible:
             self.last_plan = None

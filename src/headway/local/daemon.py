@@ -135,6 +135,13 @@ class DaemonConfig:
         return self.store_path or (self.state_dir / JOB_STORE)
 
 
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
 def _peer(sock: socket.socket) -> Caller:
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, uid, gid = struct.unpack("3i", raw)
@@ -220,10 +227,14 @@ class Daemon:
         n_gpus = len(self.cfg.gpu_ids)
         for job in active:
             if job.state is JobState.PENDING:
-                if job.gpus > n_gpus:  # queued before a restart with fewer GPUs: it can never start
-                    why = f"asks for {job.gpus} GPUs; this server now has {n_gpus}"
-                    log.warning("job %d: cancelled: %s", job.id, why)
-                    events.append(CancelRequested(job.id, time.time(), why))
+                if job.gpus > n_gpus:  # queued before a restart with fewer GPUs (or NVML not up yet)
+                    log.warning(
+                        "job %d asks for %d GPUs and this daemon hands out %d: it waits (BadConstraints) "
+                        "until a daemon with enough GPUs runs, or is cancelled",
+                        job.id,
+                        job.gpus,
+                        n_gpus,
+                    )
                 continue
             rdir = runs.run_dir(self.state_dir, job.id, job.attempt)
             rdir.mkdir(parents=True, exist_ok=True)
@@ -277,22 +288,23 @@ class Daemon:
         go to another job."""
         rdir = runs.run_dir(self.state_dir, job.id, job.attempt)
         info = runs.read_json(rdir / runs.JOB)
+        token = ((runs.read_json(rdir / runs.SPEC) or {}).get("env") or {}).get(runs.RUN_TOKEN_VAR)
+        pids = runs.tagged_pids(token) if isinstance(token, str) and token else None
         if info and info.get("pgid"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(info["pgid"]), signal.SIGKILL)
-                log.warning("job %d: its supervisor was lost; killed its process group", job.id)
+            pgid = int(info["pgid"])
+            # After a reboot the number may be another group's: with a token, kill the group only if
+            # one of the job's own processes is in it.
+            if pids is None or any(_pgid(p) == pgid for p in pids):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
+                    log.warning("job %d: its supervisor was lost; killed its process group", job.id)
         # Processes that left the group (setsid, a double fork) lost their subreaper with the supervisor:
         # they are found by the token in their environment.
-        token = ((runs.read_json(rdir / runs.SPEC) or {}).get("env") or {}).get(runs.RUN_TOKEN_VAR)
-        if isinstance(token, str) and token:
-            pids = runs.tagged_pids(token)
+        if pids:
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-            if pids:
-                log.warning(
-                    "job %d: killed %d of its processes that outlived its supervisor", job.id, len(pids)
-                )
+            log.warning("job %d: killed %d of its processes that outlived its supervisor", job.id, len(pids))
 
     def _db(self) -> StateDB:
         assert self.db is not None, "Daemon.open() first"
@@ -320,7 +332,10 @@ class Daemon:
             self.dirty = True
         for ins in step.instructions:
             if isinstance(ins, Launch):
-                self._launch(ins)
+                try:
+                    self._launch(ins)
+                except OSError as e:  # a full disk at spec.json: this launch only; poll_runs requeues it
+                    log.error("job %d: cannot prepare its launch: %s", ins.job_id, e)
             elif isinstance(ins, Terminate):
                 self._terminate(ins)
             elif isinstance(ins, Record):
@@ -335,7 +350,11 @@ class Daemon:
         try:
             self.core.load(db.load_active(), db.ended_states())
         except Exception:
-            log.exception("cannot read the job database again after a failed write")
+            # An empty core would hand out GPUs that running jobs hold. Stop instead: the jobs run on
+            # under their supervisors, and a restarted daemon recovers them from the database.
+            log.critical("cannot read the job database again after a failed write: stopping", exc_info=True)
+            self.broken = True
+            self._stop()
         self.dirty = True
 
     def _launch(self, ins: Launch) -> None:
@@ -434,6 +453,7 @@ class Daemon:
             if view.kind == "unclaimed":
                 child = self.children.get(key)
                 if child is None or child.poll() is not None:  # its supervisor never came up
+                    rdir.mkdir(parents=True, exist_ok=True)  # a launch that failed before writing it
                     if runs.try_claim(rdir, {"by": "daemon", "time": time.time()}):
                         events.append(Abandoned(*key))
                         continue
@@ -699,7 +719,11 @@ class Daemon:
 
     # ---------- requests ----------
 
+    broken = False  # the core could not be reloaded from the database (_resync): serve nothing more
+
     def handle(self, caller: Caller, msg: dict[str, Any]) -> dict[str, Any]:
+        if self.broken:
+            raise RequestError("the daemon cannot read its job database and is stopping; start it again")
         op = msg.get("op")
         fn: Callable[[Caller, dict[str, Any]], dict[str, Any]] | None = getattr(self, f"op_{op}", None)
         if not isinstance(op, str) or fn is None:

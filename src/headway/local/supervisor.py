@@ -169,12 +169,16 @@ def _run(spec: dict[str, Any]) -> dict[str, Any]:
             **kw,
         )
     except (OSError, subprocess.SubprocessError) as e:
-        if isinstance(e, subprocess.SubprocessError):
-            msg = f"cannot enter the working directory {spec['cwd']!r}: {e}"
+        cwd_failed = isinstance(e, subprocess.SubprocessError) or (
+            isinstance(e, OSError) and e.filename == spec["cwd"] and kw.get("cwd") is not None
+        )
+        if cwd_failed:
+            why = e.strerror if isinstance(e, OSError) else str(e)
+            msg = f"cannot enter the working directory {spec['cwd']!r}: {why}"
         else:
             msg = f"cannot start {spec['argv'][0]!r}: {e}"
         os.write(err, f"headway: {msg}\n".encode())
-        code = 127 if isinstance(e, FileNotFoundError) else 126
+        code = 127 if isinstance(e, FileNotFoundError) and not cwd_failed else 126
         return {"state": "FAILED", "exit_code": code, "start_time": start, "end_time": time.time()}
     finally:
         os.close(out)

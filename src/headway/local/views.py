@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from headway.local.core import JobState, LocalJob, Plan, QueueCore, RankEntry
+from headway.local.core import TOO_BIG, JobState, LocalJob, Plan, QueueCore, RankEntry
 from headway.local.db import StateDB, parse_ids
 
 RECENT_SECONDS = 24 * 3600  # `queue --all` also lists jobs that ended this recently
@@ -151,6 +151,14 @@ class JobViews:
         if job is not None and job.reason == "Dependency":
             lines.append(f"waits for job {job.after} to complete (--after)")
             out["waits_for"] = f"job {job.after}"
+            return out
+        if job is not None and job.reason == TOO_BIG:
+            n = len(self.core.gpu_ids)
+            lines.append(
+                f"asks for {job.gpus} GPUs and this daemon hands out {n}: it starts only under a daemon with "
+                "enough GPUs (cancel it, or restart the daemon with more)"
+            )
+            out["waits_for"] = f"a daemon with {job.gpus} GPUs"
             return out
         entry = next((e for e in plan.ranking if e.job_id == job_id), None) if plan else None
         if plan is None or entry is None:

@@ -45,7 +45,13 @@ def sniff(path: Path, *, has_mapping: bool = False) -> str:
         raise BadInputError(f"{path}: cannot read: {e.strerror}") from e
     if not head.strip():
         raise BadInputError(f"{path}: empty file")
-    if has_mapping:  # the user said how to read the columns: a mapping is for the csv reader only
+    # The user said how to read the columns: a mapping is for the csv reader, whatever the header looks
+    # like; a Parquet or JSON file has its own structure and keeps its reader.
+    if (
+        has_mapping
+        and not head.startswith(b"PAR1")
+        and head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] not in (b"[", b"{")
+    ):
         return "csv"
     for name in SNIFF_ORDER:
         if get_reader(name).sniff(path, head):

@@ -518,8 +518,11 @@ class Frame:
         if not self.n or len(named) < 2:
             return
         same = None
-        for i, h in named:
-            eq = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(self.raw.column(i)), h), False)
+        for k, (i, h) in enumerate(named):
+            col = pc.utf8_trim_whitespace(self.raw.column(i))
+            if k == 0:  # each joined file may start with its own BOM
+                col = pc.utf8_ltrim(col, characters="\ufeff")
+            eq = pc.fill_null(pc.equal(col, h), False)
             same = eq if same is None else pc.and_(same, eq)
             if not pc.any(same).as_py():
                 return
