@@ -327,6 +327,8 @@ def test_cli_json_is_one_clean_object_and_html_is_self_contained(tmp_path: Path)
         (["--period", "2026-01-01"], "expected a period A..B"),
         (["--by", "color"], "choose one of"),
         (["--since", "2026-03-05", "--until", "2026-03-01"], "empty window"),
+        (["--gpu-hour-price", "nan"], "--gpu-hour-price: expected USD per GPU-hour"),
+        (["--gpu-hour-price", "inf"], "--gpu-hour-price: expected USD per GPU-hour"),
     ],
 )
 def test_bad_options_give_one_clear_line_not_a_traceback(
@@ -396,6 +398,20 @@ def test_the_weekly_charts_keep_a_week_without_jobs_as_a_gap(tmp_path: Path) -> 
     goodput, wasted, wait = figs["chart-weekly-hours"].data
     assert list(goodput.y) == [1.0, 0.0, 0.0, 0.0] and list(wasted.y) == [0.0, 0.0, 0.0, 1.0]
     assert list(wait.y)[1:3] == [None, None]
+
+
+def test_the_weekly_charts_keep_every_week_with_jobs_across_years_without_any(tmp_path: Path) -> None:
+    """A store with an old trace and a recent cluster: gap weeks were filled one by one and the charts
+    kept the last 104, all of them but one empty, while the table listed every week with jobs."""
+    from headway.audit.html import _figures
+
+    week = dt.timedelta(days=7)
+    jobs = [job(str(i), State.COMPLETED, submit=T0 - 400 * week + i * week) for i in range(5)]
+    jobs.append(job("new", State.FAILED, submit=T0))
+    r = report_of(store_with(tmp_path, jobs))
+    x = list(_figures(r)["chart-weekly-rate"].data[0].x)
+    assert len(x) == 7 and x[5] == "(395 weeks without jobs)"
+    assert [w["week"] for w in r["weekly"]] == [v for v in x if not v.startswith("(")]
 
 
 def test_a_weeks_median_wait_counts_only_jobs_that_started(tmp_path: Path) -> None:

@@ -57,29 +57,42 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+MAX_FILLED_GAP = 8  # weeks: a longer stretch without jobs is one mark on the axis, not weeks of zeros
+
+
+def _empty_week(label: str, start: str) -> dict[str, Any]:
+    return {
+        "week": label,
+        "week_start": start,
+        "completion_rate": {"by_count": None, "by_gpu_hours": None},
+        "goodput_gpu_hours": 0.0,
+        "wasted_gpu_hours": 0.0,
+        "median_wait_s": None,
+    }
+
+
 def _every_week(weekly: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The weeks between the first and the last, those without jobs included: on the charts' axis of week
-    names a quiet week (a holiday, an outage) would otherwise vanish and its neighbours join up."""
-    if not weekly:
-        return []
-    have = {w["week_start"]: w for w in weekly}
-    day = dt.date.fromisoformat(weekly[0]["week_start"])
-    last = dt.date.fromisoformat(weekly[-1]["week_start"])
-    out = []
-    while day <= last:
-        iso = day.isocalendar()
-        out.append(
-            have.get(day.isoformat())
-            or {
-                "week": f"{iso.year}-W{iso.week:02d}",
-                "week_start": day.isoformat(),
-                "completion_rate": {"by_count": None, "by_gpu_hours": None},
-                "goodput_gpu_hours": 0.0,
-                "wasted_gpu_hours": 0.0,
-                "median_wait_s": None,
-            }
-        )
-        day += dt.timedelta(days=7)
+    """The weeks with jobs, and the quiet weeks between them: on the charts' axis of week names a quiet
+    week (a holiday, an outage) would otherwise vanish and its neighbours join up. A longer stretch
+    without jobs (a store holding a 2017 trace and this year's cluster) is one mark that says how long:
+    filling it week by week pushed every week with data off the charts."""
+    out: list[dict[str, Any]] = []
+    prev: dt.date | None = None
+    for w in weekly:
+        day = dt.date.fromisoformat(w["week_start"])
+        if prev is not None:
+            gap = (day - prev).days // 7 - 1
+            if gap > MAX_FILLED_GAP:
+                out.append(
+                    _empty_week(f"({gap:,} weeks without jobs)", (prev + dt.timedelta(days=7)).isoformat())
+                )
+            else:
+                for k in range(1, gap + 1):
+                    d = prev + dt.timedelta(days=7 * k)
+                    iso = d.isocalendar()
+                    out.append(_empty_week(f"{iso.year}-W{iso.week:02d}", d.isoformat()))
+        out.append(w)
+        prev = day
     return out
 
 
@@ -110,8 +123,10 @@ def _figures(r: dict[str, Any]) -> dict[str, Any]:
         },
     )
 
-    weeks = _every_week(r["weekly"])[-WEEKS_SHOWN * 4 :]
+    every = _every_week(r["weekly"])
+    weeks = every[-WEEKS_SHOWN * 4 :]
     labels = [w["week"] for w in weeks]
+    cut = f" (the last {len(weeks)} of {len(every)} weeks)" if len(weeks) < len(every) else ""
     figs["chart-weekly-rate"] = go.Figure(
         [
             go.Scatter(
@@ -129,7 +144,7 @@ def _figures(r: dict[str, Any]) -> dict[str, Any]:
         ],
         layout={
             **layout,
-            "title": "Weekly completion rate (by submit week)",
+            "title": f"Weekly completion rate (by submit week){cut}",
             "yaxis": {"title": "share of ended jobs", "tickformat": ".0%", "range": [0, 1.05]},
         },
     )
@@ -158,7 +173,7 @@ def _figures(r: dict[str, Any]) -> dict[str, Any]:
         ],
         layout={
             **layout,
-            "title": "Weekly goodput, waste and median queueing delay",
+            "title": f"Weekly goodput, waste and median queueing delay{cut}",
             "barmode": "stack",
             "yaxis": {"title": "GPU-hours"},
             "yaxis2": {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -94,6 +95,8 @@ def audit(
 
     if by not in BY_CHOICES:
         fail(f"--by {by!r}: choose one of {', '.join(BY_CHOICES)}")
+    if not math.isfinite(gpu_hour_price) or gpu_hour_price > 1e6:
+        fail(f"--gpu-hour-price: expected USD per GPU-hour from 0 to 1,000,000, got {gpu_hour_price}")
     if vs and not period:
         fail("--vs needs --period (the period to compare against it)")
     if period and (since or until):
