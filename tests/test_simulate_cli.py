@@ -349,3 +349,44 @@ def test_json_has_the_tables_ratios_also_without_multifactor(trace: Path) -> Non
     las = doc["ratios"]["policies"]["las"]["time_to_success_mean"]
     p = doc["policies"]
     assert las == pytest.approx(p["las"]["time_to_success_mean"] / p["fifo"]["time_to_success_mean"])
+
+
+def test_repeat_failures_are_held_in_a_log_without_job_names(tmp_path: Path) -> None:
+    """The hold keyed streaks by user + name only, so it never fired on Philly (no names), though the
+    trace's note says repeats are recognised by user + virtual cluster: a user + group key now."""
+    head = (
+        "JobID|JobName|User|Account|Partition|State|ExitCode|Submit|Start|End|ElapsedRaw|TimelimitRaw|"
+        "AllocTRES|NNodes|NodeList|Priority|QOS|ReqTRES"
+    )
+    tres = "billing=1,cpu=1,gres/gpu=8,node=1|1|n1|1|normal|gres/gpu=8,node=1"
+
+    def row(jid: int, name: str, user: str, state: str, submit: str, start: str, end: str, el: int) -> str:
+        code = "0:0" if state == "COMPLETED" else "1:0"
+        day = "2026-01-01T"
+        return f"{jid}|{name}|{user}|acct|gpu|{state}|{code}|{day}{submit}|{day}{start}|{day}{end}|{el}|600|{tres}"
+
+    rows = [
+        row(i, "", "ann", "FAILED", f"00:0{2 * i}:00", f"00:0{2 * i}:00", f"00:0{2 * i}:30", 30)
+        for i in (1, 2, 3, 4)
+    ]
+    rows.append(row(5, "other", "bob", "COMPLETED", "00:16:40", "00:16:40", "01:16:40", 3600))
+    rows.append(row(6, "", "ann", "COMPLETED", "00:18:20", "01:16:40", "01:26:40", 600))
+    log = tmp_path / "noname.txt"
+    log.write_text("\n".join([head, *rows]) + "\n")
+    args = [
+        "simulate",
+        str(log),
+        "--nodes",
+        "1",
+        "--policy",
+        "impact",
+        "--explain",
+        "6",
+        "--tz",
+        "UTC",
+        "--json",
+    ]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    passes = json.loads(res.stdout)["explain"]["impact"]["passes"]
+    assert passes and all(p["reason"].startswith("held (repeat failures)") for p in passes)

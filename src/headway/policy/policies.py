@@ -804,6 +804,9 @@ class ImpactOracle(Impact):
 
     name: ClassVar[str] = "impact-oracle"
     oracle: ClassVar[bool] = True
+    # No repeat-failure hold: told the truth, a job that will fail already scores 0, and the hold could
+    # only hold back one that will succeed after its user's failures.
+    hold_after: int = 2**31
 
     def inputs(self, snap: Snapshot) -> tuple[F64, F64, F64]:
         p = snap.pending

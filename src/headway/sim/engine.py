@@ -57,7 +57,7 @@ class JobArrays:
     user: I64  # index into users
     group: npt.NDArray[np.object_]
     name: npt.NDArray[np.object_]
-    name_key: I64  # index of (user, name); -1 when the job has no name
+    name_key: I64  # index of (user, name), or of (user, group) where the log has no names; -1: neither
     klass: I64  # index into classes
     partition: npt.NDArray[np.object_]
     submit: F64  # seconds on the simulation clock

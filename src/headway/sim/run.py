@@ -176,11 +176,18 @@ def prepare(
     class_names = sorted(set(classes_raw)) or ["normal"]
     ccode = {c: i for i, c in enumerate(class_names)}
     names = tt.column("name").to_pylist()
-    nkey: dict[tuple[str, str], int] = {}
+    groups = tt.column("group").to_pylist()
+    # The repeat-failure hold's key: user + job name; in a log without names (Philly), user + group, as
+    # the audit counts repeats; nothing to key on (no name, no group) means no hold.
+    nkey: dict[tuple[str, str, str | None], int] = {}
     name_key = np.array(
         [
-            -1 if nm is None else nkey.setdefault((u, nm), len(nkey))
-            for u, nm in zip(users_raw, names, strict=True)
+            nkey.setdefault((u, "name", nm), len(nkey))
+            if nm is not None
+            else nkey.setdefault((u, "group", gr), len(nkey))
+            if gr is not None and u != "(unknown)"
+            else -1
+            for u, nm, gr in zip(users_raw, names, groups, strict=True)
         ],
         dtype=np.int64,
     )
