@@ -362,8 +362,8 @@ def test_repeat_failures_are_held_in_a_log_without_job_names(tmp_path: Path) -> 
 
     def row(jid: int, name: str, user: str, state: str, submit: str, start: str, end: str, el: int) -> str:
         code = "0:0" if state == "COMPLETED" else "1:0"
-        day = "2026-01-01T"
-        return f"{jid}|{name}|{user}|acct|gpu|{state}|{code}|{day}{submit}|{day}{start}|{day}{end}|{el}|600|{tres}"
+        d = "2026-01-01T"
+        return f"{jid}|{name}|{user}|acct|gpu|{state}|{code}|{d}{submit}|{d}{start}|{d}{end}|{el}|600|{tres}"
 
     rows = [
         row(i, "", "ann", "FAILED", f"00:0{2 * i}:00", f"00:0{2 * i}:00", f"00:0{2 * i}:30", 30)
