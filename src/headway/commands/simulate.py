@@ -66,6 +66,13 @@ TraceArg = Annotated[
 FormatOpt = Annotated[
     str, typer.Option("--format", "-f", help="Format of TRACE (auto sniffs it; parquet for the job schema).")
 ]
+SourceOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="With --db: only the jobs of this source (one cluster of a store that holds several).",
+        show_default=False,
+    ),
+]
 MappingOpt = Annotated[
     Path | None,
     typer.Option(
@@ -213,9 +220,15 @@ SHOWN_BAD_ROWS = 5
 
 
 def load_jobs(
-    trace: Path | None, fmt: str, db: Path | None, tz: str | None = None, mapping: Path | None = None
+    trace: Path | None,
+    fmt: str,
+    db: Path | None,
+    tz: str | None = None,
+    mapping: Path | None = None,
+    source: str | None = None,
 ) -> tuple[pa.Table, TraceInfo]:
-    """Jobs in JOB_SCHEMA from a trace file (any reader, or Parquet) or from the store; one line on error."""
+    """Jobs in JOB_SCHEMA from a trace file (any reader, or Parquet) or from the store (of `source`);
+    one line on error."""
     import pyarrow.compute as pc
 
     from headway.store import JobStore, StoreError
@@ -226,11 +239,20 @@ def load_jobs(
     if trace is not None and db is not None:
         fail("give either a TRACE file or --db, not both")
     bad: tuple[int, tuple[str, ...], tuple[str, ...]] = (0, (), ())
+    if source is not None and trace is not None:
+        fail("--source picks one cluster of a job store (--db); a TRACE file is replayed whole")
     if trace is None:
         try:
             with JobStore(db, read_only=True) as store:
-                table = store.table()
-                label = str(store.path)
+                table = store.table("source = ?", [source]) if source else store.table()
+                label = str(store.path) + (f" (source {source})" if source else "")
+                if source and table.num_rows == 0:
+                    known = [
+                        str(r[0])
+                        for r in store.con.execute("SELECT DISTINCT source FROM jobs ORDER BY 1").fetchall()
+                    ]
+                    have = ", ".join(known) or "none"
+                    fail(f"--source {source!r}: no such source in {store.path}; it has {have}")
         except StoreError as e:
             fail(str(e))
         chosen = "store"
@@ -258,6 +280,16 @@ def load_jobs(
     if table.num_rows == 0:
         fail(f"{label}: no jobs to simulate")
     sources = sorted(str(s) for s in pc.unique(table.column("source")).to_pylist())
+    if trace is None and len(sources) > 1:  # their jobs interleave on one model cluster: rarely meant
+        bad = (
+            bad[0],
+            bad[1],
+            (
+                *bad[2],
+                f"the store holds {len(sources)} sources ({', '.join(sources)}), replayed here as one "
+                "cluster's jobs; --source NAME replays one",
+            ),
+        )
     return table, TraceInfo(label, chosen, table.num_rows, sources, *bad)
 
 
@@ -745,6 +777,7 @@ def simulate(
     ] = "auto",
     tz: Annotated[str | None, typer.Option(help="Timezone of naive timestamps in TRACE.")] = None,
     mapping: MappingOpt = None,
+    source: SourceOpt = None,
     workers: Annotated[
         int,
         typer.Option(
@@ -767,7 +800,7 @@ def simulate(
         fail(f"--load: {load:g} is out of range; offered load must be in (0, 10]")
     if html_out is not None:
         check_output_file(html_out, "--html")
-    jobs, info = load_jobs(trace, fmt, db, tz, mapping)
+    jobs, info = load_jobs(trace, fmt, db, tz, mapping, source)
     if explain is not None and explain not in set(jobs.column("job_id").to_pylist()):
         fail(f"--explain: no job {explain!r} in {info.label}")
     spec = build_cluster(nodes, gpus_per_node, nodes_per_rack, cluster, nodes_file)
@@ -971,6 +1004,7 @@ def sweep(
     as_json: JsonOpt = False,
     tz: Annotated[str | None, typer.Option(help="Timezone of naive timestamps in TRACE.")] = None,
     mapping: MappingOpt = None,
+    source: SourceOpt = None,
 ) -> None:
     """Run a policy x load x seed grid on Dask and print the median over seeds per policy and load,
     with the min-max spread."""
@@ -983,7 +1017,7 @@ def sweep(
         fail(f"--placement: choose one of {', '.join(PLACEMENTS)}")
     if scheduler is not None and not scheduler.startswith(("tcp://", "tls://", "ucx://", "inproc://")):
         fail(f"--scheduler: expected an address like tcp://HOST:PORT, got {scheduler!r}")
-    jobs, info = load_jobs(trace, fmt, db, tz, mapping)
+    jobs, info = load_jobs(trace, fmt, db, tz, mapping, source)
     spec = build_cluster(nodes, gpus_per_node, nodes_per_rack, cluster, nodes_file)
     cells = grid(policies, loads, seed_list)
     if not as_json:
