@@ -219,3 +219,15 @@ def test_a_job_of_unknown_outcome_counts_in_neither_side_of_the_completion_rate(
     assert with_unknown["completion_rate"] == pytest.approx(1 / 3)
     assert with_unknown["completion_rate"] == compute(result([*JOBS, cancelled]))["completion_rate"]
     assert with_unknown["jobs"] == 4  # replayed all the same
+
+
+def test_the_cdf_of_one_value_is_a_point_at_one_and_the_smallest_of_n_is_at_one_over_n() -> None:
+    """The CDF put the smallest value at 0%: a one-job trace's chart was a single point at 0."""
+    from headway.sim.metrics import cdf
+
+    x, y = cdf(np.array([40.0]))
+    assert list(x) == [40.0] and list(y) == [1.0]
+    x, y = cdf(np.array([3.0, 1.0, np.nan, 2.0, 4.0]))
+    assert list(x) == [1.0, 2.0, 3.0, 4.0] and list(y) == [0.25, 0.5, 0.75, 1.0]
+    x, y = cdf(np.arange(1000.0), points=11)
+    assert len(x) == 11 and y[0] == 1 / 1000 and y[-1] == 1.0 and (np.diff(y) > 0).all()

@@ -944,7 +944,7 @@ def _write_html(
         results,
         metrics,
         title=f"headway simulate: {Path(info.label).name}",
-        subtitle=f"{replayed:,} jobs replayed"
+        subtitle=f"{replayed:,} job{'s' if replayed != 1 else ''} replayed"
         + (f" of the {info.jobs:,} read" if replayed != info.jobs else "")
         + f", {capacity:,g} GPUs, {arrivals}",
         notes=notes,

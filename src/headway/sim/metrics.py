@@ -301,9 +301,11 @@ def series(result: SimResult, bins: int = 200) -> Series:
 
 
 def cdf(values: Arr, points: int = 200) -> tuple[Arr, Arr]:
-    """(x, fraction <= x) at up to `points` quantiles: enough for a chart, small for an HTML file."""
+    """(x, fraction <= x) at up to `points` of the sorted values: the empirical CDF, enough for a chart
+    and small for an HTML file. The smallest value is at 1/n, not 0 (one job was a point at 0%)."""
     v = np.sort(values[~np.isnan(values)])
-    if len(v) == 0:
+    n = len(v)
+    if n == 0:
         return np.zeros(0), np.zeros(0)
-    q = np.linspace(0.0, 1.0, min(points, len(v)))
-    return np.quantile(v, q), q
+    idx = np.unique(np.round(np.linspace(0, n - 1, min(points, n))).astype(np.int64))
+    return v[idx], (idx + 1) / n

@@ -19,7 +19,10 @@ def _fmt(name: str, v: MetricValue) -> str:
     if v is None:
         return "-"
     if name.startswith(("time_to_success", "queue_delay", "jct")):
-        return f"{float(v) / 3600:,.1f} h"
+        s = float(v)
+        if s >= 3600:
+            return f"{s / 3600:,.1f} h"
+        return f"{s / 60:.1f} min" if s >= 60 else f"{s:.0f} s"
     if name == "utilisation":
         return f"{100 * float(v):.1f}%"
     if isinstance(v, int):
@@ -37,7 +40,10 @@ def _figure(traces: list[dict[str, Any]], title: str, xaxis: dict[str, Any], yax
         xs = np.concatenate([np.asarray(tr["x"], dtype=np.float64) for tr in traces] or [np.zeros(0)])
         xs = xs[np.isfinite(xs) & (xs > 0)]
         if len(xs):
-            xaxis = {**xaxis, "range": [float(np.log10(xs.min())), float(np.log10(xs.max()))]}
+            lo, hi = float(np.log10(xs.min())), float(np.log10(xs.max()))
+            if hi - lo < 0.5:  # one value (a one-job trace): a decade around it, not an empty axis
+                lo, hi = lo - 0.5, hi + 0.5
+            xaxis = {**xaxis, "range": [lo, hi]}
     fig.update_layout(
         title=title,
         xaxis=xaxis,
