@@ -413,3 +413,14 @@ def test_a_store_of_several_clusters_is_named_and_source_replays_one(tmp_path: P
     assert json.loads(res.stdout)["trace"]["sources"] == ["west"]
     res = runner.invoke(app, ["simulate", "--db", str(db), "--policy", "fifo", "--source", "north"])
     assert res.exit_code == 1 and "it has east, west" in res.output
+
+
+def test_explain_says_when_a_job_started_by_backfill(tmp_path: Path) -> None:
+    """A job started at rank 43 of 53 with no word of why (it fit before the head's reservation)."""
+    trace = tmp_path / "syn.parquet"
+    pq.write_table(generate(400, 3), trace)
+    args = ["simulate", str(trace), "--nodes", "4", "--policy", "multifactor", "--load", "1.0"]
+    res = runner.invoke(app, [*args, "--explain", "synth-326", "--json"])
+    assert res.exit_code == 0, res.output
+    last = json.loads(res.stdout)["explain"]["multifactor"]["passes"][-1]
+    assert last["rank"] > 1 and "started by backfill (ends before the reservation of job" in last["reason"]

@@ -937,20 +937,27 @@ class Engine:
     ) -> None:
         rk = dec.ranking
         assert rk is not None
-        started = {s.key for s in dec.start}
+        started = {s.key: s.backfill for s in dec.start}
         ranks = rk.rank_of()
         of = len(rk.order)
+        res = dec.reservation
         for pos, key in enumerate(snap.pending.key.tolist()):
             if key not in keys:
                 continue
-            res = dec.reservation
+            how = ""
+            if key in started:
+                how = "; started"
+                if started[key] and res is not None:  # EASY: it ends before the head's GPUs are due
+                    how += f" by backfill (ends before the reservation of job {res.job_id})"
+                elif started[key]:
+                    how += " by backfill"
             out[str(snap.pending.job_id[pos])].append(
                 WaitRecord(
                     t=snap.now,
                     rank=int(ranks[pos]) + 1,
                     of=of,
                     score=float(rk.score[pos]),
-                    reason=rk.reason(pos) + ("; started" if key in started else ""),
+                    reason=rk.reason(pos) + how,
                     reservation_start=res.start if res is not None and res.key == key else None,
                 )
             )
