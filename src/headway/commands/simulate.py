@@ -475,7 +475,7 @@ def goals(metrics: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
         diff = 100 * (float(imp["utilisation"]) - float(mf["utilisation"]))
         res.append(
             {
-                "goal": f"impact utilisation within {UTIL_GOAL_POINTS:g} point of multifactor",
+                "goal": f"impact utilisation no more than {UTIL_GOAL_POINTS:g} point below multifactor's",
                 "points": diff,
                 "met": abs(diff) <= UTIL_GOAL_POINTS or diff > 0,
             }
