@@ -614,3 +614,19 @@ def test_cancel_tries_every_id_and_reports_each(start_daemon: Callable[..., Daem
     c = d.submit(["true"])
     res = cli("cancel", "998", str(c), state_dir=d.state_dir)
     assert res.returncode == 1 and "no job 998" in res.stderr and f"job {c}: cancel requested" in res.stdout
+
+
+def test_a_job_told_to_stop_shows_cg_through_its_grace_period(
+    start_daemon: Callable[..., DaemonProc],
+) -> None:
+    """It showed R until the kill, so a cancel looked ignored."""
+    d = start_daemon(gpus="1", grace=20.0)
+    jid = d.submit(["sh", "-c", "trap '' TERM; sleep 30"])
+    wait_until(lambda: d.ask({"op": "why", "id": jid})["job"]["state"] == "RUNNING", 20, "the job to start")
+    d.ask({"op": "cancel", "id": jid})
+
+    def row() -> dict[str, Any]:
+        return next(j for j in d.ask({"op": "queue"})["jobs"] if j["id"] == jid)
+
+    wait_until(lambda: row()["st"] == "CG", 10, "the job to show CG")
+    assert row()["state"] == "RUNNING"

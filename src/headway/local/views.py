@@ -33,14 +33,17 @@ def job_dict(r: sqlite3.Row | dict[str, Any], job: LocalJob | None = None) -> di
             reason=job.reason,
             p_success=job.p_success,
             pred_runtime=job.pred_runtime,
+            cancel_requested=job.cancel_requested,
         )
     state = JobState(d["state"])
+    # A running job told to stop shows Slurm's CG (completing) through its grace period, not R.
+    stopping = state.active and state is not JobState.PENDING and bool(d.get("cancel_requested"))
     return {
         "id": int(d["id"]),
         "name": d["name"],
         "user": d["user"],
         "state": state.value,
-        "st": state.short,
+        "st": "CG" if stopping else state.short,
         "exit_code": d["exit_code"],
         "gpus": int(d["gpus"]),
         "gpu_ids": list(parse_ids(d["gpu_ids"])),
