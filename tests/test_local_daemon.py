@@ -630,3 +630,47 @@ def test_a_job_told_to_stop_shows_cg_through_its_grace_period(
 
     wait_until(lambda: row()["st"] == "CG", 10, "the job to show CG")
     assert row()["state"] == "RUNNING"
+
+
+def test_a_job_that_ends_while_the_predictor_loads_is_booked_and_logged_once(inproc: Any) -> None:
+    """Its end was replayed through the whole observer once the predictor was ready: logged twice and
+    added twice to the usage book, which counts failure streaks for the repeat-failure hold."""
+    import asyncio
+
+    from headway.local.core import JobState, LocalJob
+
+    class Seen:
+        def __init__(self) -> None:
+            self.ends: list[str] = []
+
+        def observe_end(self, ended: Any) -> None:
+            self.ends.append(ended.job.job_id)
+
+        def predict(self, jobs: Any, now: float) -> Any:
+            raise AssertionError("no pending jobs here")
+
+    d = inproc
+    loop = asyncio.new_event_loop()
+    try:
+        d._loading = loop.create_future()
+        d._loading_kind, d._loading_since = "load", time.time()
+        job = LocalJob(
+            id=7,
+            user="ann",
+            uid=os.getuid(),
+            name="train",
+            gpus=1,
+            submit_time=1.0,
+            time_limit=None,
+            priority="normal",
+            after=None,
+        )
+        job.state, job.start_time, job.end_time = JobState.FAILED, 2.0, 3.0
+        d._observe(job)
+        seen = Seen()
+        d._loading.set_result(seen)
+        assert d._predictor_ready(time.time())
+    finally:
+        loop.close()
+    assert len(seen.ends) == 1
+    assert d.core.planner.book.fail_streak("ann", "train") == 1

@@ -430,6 +430,9 @@ class Daemon:
         if self._loading is not None:
             self._ended_while_loading.append(job)
             return
+        self._feed_predictor(job)
+
+    def _feed_predictor(self, job: LocalJob) -> None:
         if self.predictor is None or job.start_time is None:
             return
         from headway.local.ordering import ended_for_predictor
@@ -545,8 +548,8 @@ class Daemon:
                 "predictor retrained (%.1f s); refreshing pending jobs' predictions",
                 now - self._loading_since,
             )
-        for job in self._ended_while_loading:
-            self._observe(job)
+        for job in self._ended_while_loading:  # logged and booked when they ended: only the predictor
+            self._feed_predictor(job)
         self._ended_while_loading.clear()
         self.predict_new(now, refresh=True)
         self.dirty = True
