@@ -59,6 +59,7 @@ def test_json_has_every_policy_with_design_metric_names(run_json: dict[str, Any]
         # every simulated job ends, whatever the policy
         assert m["jobs_unfinished"] == 0
         assert m["jobs"] + m["excluded"] <= 200
+        assert m["excluded"] == sum(run_json["excluded_counts"].values())  # every reason, not too-big only
 
 
 def test_json_ratios_goals_cluster_and_load(run_json: dict[str, Any]) -> None:

@@ -197,7 +197,8 @@ def compute(result: SimResult) -> dict[str, MetricValue]:
         "jobs_ended": int(ended.sum()),
         "jobs_successful": int(success.sum()),
         "jobs_unfinished": int((~ended).sum()),
-        "excluded": len(result.excluded),
+        # every job of the trace left out, whatever the reason (excluded_counts has them by reason)
+        "excluded": sum(result.excluded_counts.values()) if result.excluded_counts else len(result.excluded),
         "time_to_success_mean": _mean(tts),
         "time_to_success_p50": _pct(tts, 50),
         "time_to_success_p95": _pct(tts, 95),
