@@ -674,3 +674,21 @@ def test_a_job_that_ends_while_the_predictor_loads_is_booked_and_logged_once(inp
         loop.close()
     assert len(seen.ends) == 1
     assert d.core.planner.book.fail_streak("ann", "train") == 1
+
+
+def test_logs_json_streams_a_log_larger_than_a_chunk_with_characters_split_between_chunks(
+    start_daemon: Callable[..., DaemonProc], tmp_path: Path
+) -> None:
+    """`logs --json` gathered the whole log, then decoded and encoded it (1.6 GB for 300 MB). It now
+    streams; a character cut by a chunk boundary must come out whole, bad bytes as U+FFFD."""
+    d = start_daemon(gpus="1")
+    body = "é" * 300_000  # 600,000 bytes: 256 KiB chunks end inside a character
+    src = tmp_path / "out.bin"
+    src.write_bytes(body.encode() + b"\xff end")
+    jid = d.submit(["cat", str(src)])
+    wait_until(_ended(d, [jid]), 20, "the job to end")
+    res = cli("logs", str(jid), "--json", state_dir=d.state_dir)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["id"] == jid and doc["stream"] == "out" and doc["state"] == "COMPLETED"
+    assert doc["text"] == body + "\ufffd end"
