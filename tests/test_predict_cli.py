@@ -210,4 +210,5 @@ def test_show_refuses_an_endless_time_limit_and_a_job_without_a_submit_time(db: 
 def test_an_unknown_source_is_named_with_the_sources_the_store_has(db: Path) -> None:
     res = runner.invoke(app, ["predict", "evaluate", "--db", str(db), "--source", "nope"])
     assert res.exit_code == 1
-    assert "--source 'nope': no such source in the store; it has" in " ".join(res.output.split())
+    text = " ".join(res.output.split())
+    assert "--source 'nope': no such source in" in text and text.endswith("jobs.duckdb; it has synthetic")

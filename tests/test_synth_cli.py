@@ -97,7 +97,7 @@ def test_an_output_that_is_a_pipe_is_written_not_read(tmp_path: Path) -> None:
     import os
     import threading
 
-    from headway.console import is_duckdb_file
+    from headway.store import is_duckdb_file
 
     fifo = tmp_path / "f"
     os.mkfifo(fifo)

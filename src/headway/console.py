@@ -49,24 +49,14 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-def is_duckdb_file(path: Path) -> bool:
-    """Whether `path` is a DuckDB database (bytes 8-11 are `DUCK`), such as a job store. Only a regular
-    file is read: opening a FIFO or /dev/stdout to look would wait for a writer for ever."""
-    if not path.is_file():
-        return False
-    try:
-        with path.open("rb") as f:
-            return f.read(12)[8:12] == b"DUCK"
-    except OSError:
-        return False
-
-
 def check_output_file(path: Path, option: str) -> None:
     """Fail now, not after minutes of work, when `path` cannot be written as a file, or is a job store
     (a DuckDB database) that writing would replace: the store holds every job ingested, a report or a
     model file can be written again in seconds."""
     if path.is_dir():
         fail(f"{option} {path}: is a directory; give a file name")
+    from headway.store import is_duckdb_file  # here: `headway --help` need not load DuckDB
+
     if is_duckdb_file(path):
         fail(
             f"{option} {path}: is a DuckDB database (a job store?); writing here would replace it; "
@@ -77,6 +67,11 @@ def check_output_file(path: Path, option: str) -> None:
         fail(f"{option} {path}: no such directory {parent}")
     if not os.access(path if path.exists() else parent, os.W_OK):
         fail(f"{option} {path}: not writable")
+
+
+def fail_unknown_source(source: str, where: object, known: list[str]) -> NoReturn:
+    """The one error for a --source the store does not hold, naming the ones it does."""
+    fail(f"--source {source!r}: no such source in {where}; it has {', '.join(known) or 'none'}")
 
 
 def jsonable(obj: Any) -> Any:

@@ -125,6 +125,10 @@ class JobStore:
             [path, fmt, source, rows_read, jobs, bad_rows],
         )
 
+    def sources(self) -> list[str]:
+        """The sources in the store (one per ingested cluster or format), sorted."""
+        return [str(r[0]) for r in self.con.execute("SELECT DISTINCT source FROM jobs ORDER BY 1").fetchall()]
+
     def count(self) -> int:
         row = self.con.execute("SELECT count(*) FROM jobs").fetchone()
         return int(row[0]) if row else 0
@@ -159,15 +163,27 @@ def _sql_str(s: str) -> str:
 _DUCKDB_MAGIC = b"DUCK"  # bytes 8-11 of every DuckDB database file
 
 
-def _check_is_store(path: Path) -> None:
-    """Refuse an existing file that is not a DuckDB database before DuckDB opens it: given a CSV, JSON or
-    Parquet file, it opens an in-memory database over it instead, and every job written is lost."""
+def is_duckdb_file(path: Path) -> bool:
+    """Whether `path` is a DuckDB database, such as a job store. Only a regular file is read: opening a
+    FIFO or /dev/stdout to look would wait for a writer for ever."""
+    if not path.is_file():
+        return False
     try:
         with path.open("rb") as f:
-            head = f.read(12)
-    except (FileNotFoundError, IsADirectoryError, PermissionError):
-        return  # DuckDB's own error names these
-    if head and head[8:12] != _DUCKDB_MAGIC:
+            return f.read(12)[8:12] == _DUCKDB_MAGIC
+    except OSError:
+        return False
+
+
+def _check_is_store(path: Path) -> None:
+    """Refuse an existing file that is not a DuckDB database before DuckDB opens it: given a CSV, JSON or
+    Parquet file, it opens an in-memory database over it instead, and every job written is lost. (An
+    empty file, or one that cannot be read, is left to DuckDB, whose own error names it.)"""
+    try:
+        empty = path.stat().st_size == 0
+    except OSError:
+        return
+    if path.is_file() and not empty and os.access(path, os.R_OK) and not is_duckdb_file(path):
         raise StoreError(
             f"{path}: not a headway job store (a DuckDB file); to read a job log, give it to "
             "`headway ingest` and name the store with --db, e.g. --db headway.duckdb"

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from headway.console import check_output_file, err, fail, out, print_json
+from headway.console import check_output_file, err, fail, fail_unknown_source, out, print_json
 
 BY_HELP = "Rank the top table by user, group, name, partition or gpus (JSON always carries all of them)."
 
@@ -124,7 +124,7 @@ def audit(
         except Exception as e:  # a store that is not a headway store, a broken file
             fail(f"{store.path}: cannot read the job store: {(str(e).splitlines() or [type(e).__name__])[0]}")
         if source is not None and source not in known:
-            fail(f"--source {source!r}: no such source in {store.path}; it has {', '.join(known) or 'none'}")
+            fail_unknown_source(source, store.path, known)
         report = _run(store.con, window, other, by, top, gpu_hour_price, include_cpu, source, quiet=as_json)
     report["db"] = str(store.path)
     report["anchor"] = anchor.isoformat() if anchor else None

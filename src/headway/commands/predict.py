@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from headway.console import check_output_file, err, fail, out, print_json, print_table
+from headway.console import check_output_file, err, fail, fail_unknown_source, out, print_json, print_table
 
 if TYPE_CHECKING:
     from headway.predict.features import FeatureFrame
@@ -75,10 +75,7 @@ def _load(
         fail(str(e))
     if table.num_rows == 0 and source:
         with JobStore(db, read_only=True) as store:
-            known = [
-                str(r[0]) for r in store.con.execute("SELECT DISTINCT source FROM jobs ORDER BY 1").fetchall()
-            ]
-        fail(f"--source {source!r}: no such source in the store; it has {', '.join(known) or 'none'}")
+            fail_unknown_source(source, store.path, store.sources())
     if table.num_rows == 0:
         fail("no jobs in the store; run `headway ingest` first")
     names = sorted(str(s) for s in pc.unique(table.column("source")).to_pylist())

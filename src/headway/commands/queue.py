@@ -228,6 +228,7 @@ def logs(
     # --json streams the text as it arrives (a 300 MB log took 1.6 GB when gathered first); the state,
     # known at the last reply, comes after it.
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    json_head = f'{{"id": {job_id}, "stream": "{stream}", "text": "'
     opened = False
     lost_at: float | None = None  # when a followed daemon stopped answering
     reached = False  # no daemon at the first request is an error at once, not a restart to wait out
@@ -259,10 +260,8 @@ def logs(
         data = base64.b64decode(r["data"])
         offset = int(r["offset"])
         if as_json:
-            if not opened:
-                sys.stdout.write(f'{{"id": {job_id}, "stream": "{stream}", "text": "')
-                opened = True
-            sys.stdout.write(json.dumps(decoder.decode(data))[1:-1])
+            sys.stdout.write(("" if opened else json_head) + json.dumps(decoder.decode(data))[1:-1])
+            opened = True
         elif data:
             sys.stdout.buffer.write(data)
             sys.stdout.buffer.flush()
@@ -274,10 +273,8 @@ def logs(
             break
         time.sleep(0.5)
     if as_json:
-        if not opened:
-            sys.stdout.write(f'{{"id": {job_id}, "stream": "{stream}", "text": "')
         tail = json.dumps(decoder.decode(b"", final=True))[1:-1]
-        sys.stdout.write(f'{tail}", "state": {json.dumps(r["state"])}}}\n')
+        sys.stdout.write(("" if opened else json_head) + f'{tail}", "state": {json.dumps(r["state"])}}}\n')
         sys.stdout.flush()
     elif follow and offset == 0:  # nothing came: say why the follow ended at once
         err.print(

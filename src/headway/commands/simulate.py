@@ -20,7 +20,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from headway.console import check_output_file, err, fail, out, print_json, print_skipped, print_table
+from headway.console import (
+    check_output_file,
+    err,
+    fail,
+    fail_unknown_source,
+    out,
+    print_json,
+    print_skipped,
+    print_table,
+)
 from headway.traces.base import BadInputError
 
 if TYPE_CHECKING:
@@ -247,12 +256,7 @@ def load_jobs(
                 table = store.table("source = ?", [source]) if source else store.table()
                 label = str(store.path) + (f" (source {source})" if source else "")
                 if source and table.num_rows == 0:
-                    known = [
-                        str(r[0])
-                        for r in store.con.execute("SELECT DISTINCT source FROM jobs ORDER BY 1").fetchall()
-                    ]
-                    have = ", ".join(known) or "none"
-                    fail(f"--source {source!r}: no such source in {store.path}; it has {have}")
+                    fail_unknown_source(source, store.path, store.sources())
         except StoreError as e:
             fail(str(e))
         chosen = "store"

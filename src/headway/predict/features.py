@@ -21,6 +21,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from headway.predict.api import is_outcome
 from headway.schema import ENDED_STATES, State, submit_order
 
 NAN = math.nan
@@ -58,10 +59,9 @@ def _labelled(
         np.isin(state, list(ENDED)) & ~np.isnan(end) & (~np.isnan(start) | (state != State.CANCELLED.value))
     )
     preempted = out & (state == State.PREEMPTED.value)
-    if preempted.any():  # rare: the per-id check runs on those rows only
+    if preempted.any():  # rare: the per-id rule (is_outcome's) runs on those rows only
         for i in np.flatnonzero(preempted).tolist():
-            if "@" in str(job_id[i]):
-                out[i] = False
+            out[i] = is_outcome(State.PREEMPTED.value, True, str(job_id[i]))
     return out
 
 
