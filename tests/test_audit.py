@@ -434,3 +434,29 @@ def test_failures_on_two_clusters_are_not_one_streak_and_a_mixed_store_is_named(
     assert any("the store holds 2 sources (other, test)" in n for n in r["notes"])
     one = report_of(db, source="test")
     assert not any("sources" in n for n in one["notes"])
+
+
+def test_audit_json_is_identical_run_after_run_on_a_store_read_in_parallel(tmp_path: Path) -> None:
+    """DuckDB sums a large table in parallel, in whatever order its threads finish; plain sums of
+    fractional GPU-hours then differed in the last digits from run to run (a diff of two reports of
+    the same store showed changes). The audit's float sums are compensated (fsum), so they do not."""
+    n = 400_000  # several of DuckDB's row groups, so the scan is split between threads
+    with JobStore(tmp_path / "big.duckdb") as store:
+        store.con.execute(
+            """
+            INSERT INTO jobs
+            SELECT CAST(i AS VARCHAR), 'u' || (i % 97), 'g' || (i % 7), 'n' || (i % 13), 'gpu', NULL,
+                t0 + to_seconds(i * 17), t0 + to_seconds(i * 17 + w),
+                t0 + to_seconds(i * 17 + w + 1 + (i * 104729) % 86413),
+                [1, 2, 4, 8, 0.5][1 + i % 5], 1, 8, NULL, 90000,
+                ['COMPLETED', 'FAILED', 'COMPLETED', 'TIMEOUT', 'CANCELLED', 'FAILED'][1 + (i * 31) % 6],
+                NULL, 'bench'
+            FROM (SELECT range AS i, (range * 7919) % 3001 AS w, TIMESTAMPTZ '2026-01-01 00:00:00+00' AS t0
+                  FROM range($n))
+            """,
+            {"n": n},
+        )
+        store.con.execute("SET threads = 4")
+        first = json.dumps(audit_report(store.con), sort_keys=True, default=str)
+        for _ in range(4):
+            assert json.dumps(audit_report(store.con), sort_keys=True, default=str) == first

@@ -146,10 +146,12 @@ class _Q:
 
 def _totals(q: _Q, price: float) -> dict[str, Any]:
     jobs, gpu_jobs, gh, first, last, users = q.one(
-        "SELECT count(*), count(*) FILTER (gpus > 0), sum(gpu_hours), min(submit_time), max(submit_time), "
+        "SELECT count(*), count(*) FILTER (gpus > 0), fsum(gpu_hours), min(submit_time), max(submit_time), "
         'count(DISTINCT "user") FROM w'
     )
-    states = q.rows("SELECT state, count(*), sum(gpu_hours) FROM a GROUP BY state ORDER BY count(*) DESC")
+    states = q.rows(
+        "SELECT state, count(*), fsum(gpu_hours) FROM a GROUP BY state ORDER BY count(*) DESC, state"
+    )
     scope_jobs = sum(int(n) for _, n, _ in states)
     scope_gh = sum(_f(h) for _, _, h in states)
     by_state = {
@@ -221,11 +223,11 @@ def _top(q: _Q, by: str, top: int) -> dict[str, Any]:
     dims = ", ".join(f"{c} AS d{i}" for i, c in enumerate(_DIM_SQL.values()))
     gid = ", ".join(_DIM_SQL.values())
     rows = q.rows(
-        f"SELECT grouping({gid}) AS gid, {dims}, count(*) AS n, sum(gpu_hours), "
-        "coalesce(sum(gpu_hours) FILTER (outcome = 'waste'), 0) AS wasted, "
+        f"SELECT grouping({gid}) AS gid, {dims}, count(*) AS n, fsum(gpu_hours), "
+        "coalesce(fsum(gpu_hours) FILTER (outcome = 'waste'), 0) AS wasted, "
         "count(*) FILTER (outcome = 'success'), count(*) FILTER (outcome <> 'unfinished'), "
-        "coalesce(sum(gpu_hours) FILTER (outcome = 'success'), 0), "
-        "coalesce(sum(gpu_hours) FILTER (outcome <> 'unfinished'), 0), count(*) FILTER (outcome = 'waste') "
+        "coalesce(fsum(gpu_hours) FILTER (outcome = 'success'), 0), "
+        "coalesce(fsum(gpu_hours) FILTER (outcome <> 'unfinished'), 0), count(*) FILTER (outcome = 'waste') "
         f"FROM (SELECT *, {_GPUS_KEY} AS gpus_key FROM a) GROUP BY GROUPING SETS ({sets}) "
         f"QUALIFY row_number() OVER (PARTITION BY grouping({gid}) ORDER BY wasted DESC, n DESC, "
         f"coalesce({', '.join(f'{c}' for c in _DIM_SQL.values())})) <= {int(top)}"
@@ -276,13 +278,13 @@ def _repeat_failures(q: _Q, top: int, min_run: int, wasted: float) -> dict[str, 
         "num AS (SELECT *, sum(CAST(NOT bad AS INTEGER)) OVER (PARTITION BY key ORDER BY t, tie "
         "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS oks FROM seq), "
         "tot AS (SELECT key, max(oks) AS all_oks FROM num GROUP BY key), "
-        f"s0 AS (SELECT key, oks, count(*) AS n, sum(gpu_hours) AS gh, min(t) AS first_t, max(t) AS last_t, "
+        f"s0 AS (SELECT key, oks, count(*) AS n, fsum(gpu_hours) AS gh, min(t) AS first_t, max(t) AS last_t, "
         f"{flags} FROM num WHERE bad GROUP BY key, oks HAVING count(*) >= {int(min_run)}), "
         "s AS (SELECT s0.*, all_oks > oks AS success_followed FROM s0 JOIN tot USING (key)), "
-        "best AS (SELECT *, count(*) OVER () AS c_all, sum(n) OVER () AS n_all, sum(gh) OVER () AS gh_all, "
+        "best AS (SELECT *, count(*) OVER () AS c_all, sum(n) OVER () AS n_all, fsum(gh) OVER () AS gh_all, "
         # no FILTER inside window aggregates: DuckDB evaluates those per row over the whole frame (quadratic)
         "sum(CAST(NOT success_followed AS INTEGER)) OVER () AS c_open, "
-        "sum(CASE WHEN success_followed THEN 0.0 ELSE gh END) OVER () AS gh_open FROM s "
+        "fsum(CASE WHEN success_followed THEN 0.0 ELSE gh END) OVER () AS gh_open FROM s "
         f"ORDER BY gh DESC, n DESC, key LIMIT {int(top)}), "
         f'names AS (SELECT {key} AS key, any_value("user") AS u, any_value(coalesce(name, "group")) AS k, '
         f"any_value(name IS NULL) AS by_group FROM a WHERE {key} IN (SELECT key FROM best) GROUP BY 1) "
@@ -329,7 +331,7 @@ def _early_failures(q: _Q) -> dict[str, Any]:
         + " ELSE NULL END"
     )
     rows = q.rows(
-        f"SELECT outcome = 'waste' AS w, {bucket} AS b, count(*), sum(gpu_hours) FROM a "
+        f"SELECT outcome = 'waste' AS w, {bucket} AS b, count(*), fsum(gpu_hours) FROM a "
         "WHERE outcome IN ('waste', 'success') AND runtime IS NOT NULL GROUP BY w, b"
     )
     k = len(CDF_MINUTES)
@@ -387,17 +389,18 @@ def _timeouts(q: _Q, top: int, wasted: float) -> dict[str, Any]:
     done = "outcome = 'success' AND time_limit > 0 AND runtime IS NOT NULL"
     over = f"{done} AND {used} < {OVER_ASK_SHARE}"
     n, gh, with_limit, jobs, n_over, med, unused = q.one(
-        "SELECT count(*) FILTER (state = 'TIMEOUT'), coalesce(sum(gpu_hours) FILTER (state = 'TIMEOUT'), 0), "
+        "SELECT count(*) FILTER (state = 'TIMEOUT'), "
+        "coalesce(fsum(gpu_hours) FILTER (state = 'TIMEOUT'), 0), "
         f"count(*) FILTER (time_limit > 0), count(*) FILTER ({done}), count(*) FILTER ({over}), "
         f"{q.qf}({used}, 0.5) FILTER ({done}), "
-        f"coalesce(sum(gpus * greatest(time_limit - greatest(runtime, 0), 0) / 3600.0) FILTER ({done}), 0) "
+        f"coalesce(fsum(gpus * greatest(time_limit - greatest(runtime, 0), 0) / 3600.0) FILTER ({done}), 0) "
         "FROM a"
     )
     by_user = (
         q.rows(
-            "SELECT coalesce(\"user\", '(none)') AS u, count(*), sum(gpu_hours) FROM a "
+            "SELECT coalesce(\"user\", '(none)') AS u, count(*), fsum(gpu_hours) FROM a "
             "WHERE state = 'TIMEOUT' "
-            f"GROUP BY u ORDER BY sum(gpu_hours) DESC, count(*) DESC, u LIMIT {int(top)}"
+            f"GROUP BY u ORDER BY fsum(gpu_hours) DESC, count(*) DESC, u LIMIT {int(top)}"
         )
         if n
         else []
@@ -474,7 +477,7 @@ def _waiting(q: _Q, top: int) -> dict[str, Any]:
     """Queueing delay overall, by user, by size, and for short jobs: one scan with GROUPING SETS."""
     rows = q.rows(
         f"SELECT grouping(u, b, short) AS gid, u, b, short, count(*), {q.qf}(wt, [0.5, 0.9]), max(wt), "
-        f"avg(wt) FROM (SELECT coalesce(\"user\", '(none)') AS u, {_SIZE_SQL} AS b, "
+        f"fsum(wt) / count(wt) FROM (SELECT coalesce(\"user\", '(none)') AS u, {_SIZE_SQL} AS b, "
         f"coalesce(runtime < {SHORT_JOB_S}, false) AS short, greatest(wait, 0) AS wt FROM a "
         "WHERE wait IS NOT NULL) GROUP BY GROUPING SETS ((), (u), (b), (short), (short, b))"
     )
@@ -516,10 +519,10 @@ def _weekly(q: _Q) -> list[dict[str, Any]]:
     rows = q.rows(
         f"SELECT CAST(floor((epoch(submit_time) - {_MONDAY_EPOCH}) / {_WEEK_S}) AS BIGINT) AS wk, count(*), "
         f"count(*) FILTER ({_ENDED}), count(*) FILTER (outcome = 'success'), "
-        "count(*) FILTER (outcome = 'waste'), coalesce(sum(gpu_hours), 0), "
-        f"coalesce(sum(gpu_hours) FILTER ({_ENDED}), 0), "
-        "coalesce(sum(gpu_hours) FILTER (outcome = 'success'), 0), "
-        "coalesce(sum(gpu_hours) FILTER (outcome = 'waste'), 0), "
+        "count(*) FILTER (outcome = 'waste'), coalesce(fsum(gpu_hours), 0), "
+        f"coalesce(fsum(gpu_hours) FILTER ({_ENDED}), 0), "
+        "coalesce(fsum(gpu_hours) FILTER (outcome = 'success'), 0), "
+        "coalesce(fsum(gpu_hours) FILTER (outcome = 'waste'), 0), "
         # Started jobs only, as in `waiting` (greatest(NULL, 0) is 0: a pending job read as no wait).
         f"{q.qf}(greatest(wait, 0), 0.5) FILTER (wait IS NOT NULL) "
         "FROM a WHERE submit_time IS NOT NULL GROUP BY wk ORDER BY wk"
