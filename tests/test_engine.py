@@ -15,6 +15,7 @@ from headway.policy.policies import Fifo
 from headway.policy.snapshot import Decision, PendingJobs, RunningJobs, Snapshot
 from headway.sim.cluster import ClusterSpec
 from headway.sim.engine import EngineOptions
+from headway.sim.metrics import compute
 from headway.sim.result import JOB_COLUMNS, TIMELINE_COLUMNS
 from headway.sim.run import CPU_ONLY, NEVER_RAN, TOO_BIG, run_simulation
 from test_engine_helpers import FixedPredictor, MeanPredictor, make_jobs
@@ -281,3 +282,141 @@ def test_easy_backfill_never_delays_the_reservation_with_exact_time_limits() -> 
     assert backfilled > 0 and first_promise
     for jid, promised in first_promise.items():
         assert start[jid] <= promised + 1e-6
+
+
+def test_a_head_waiting_on_a_shared_gpu_gets_a_reservation_at_its_sharers_end() -> None:
+    """A GPU shared by fractional jobs frees when its last sharer ends: the head's reservation is then,
+    and a job that would run past it is not backfilled (the reservation was at infinity, so every job
+    with a time limit backfilled past the head)."""
+    rows = [
+        {"submit": 0, "runtime": 1000, "gpus": 0.5, "time_limit": 1000, "job_id": "share"},
+        {"submit": 1, "runtime": 100, "gpus": 2, "time_limit": 1000, "job_id": "head"},
+        {"submit": 2, "runtime": 5000, "gpus": 1, "time_limit": 5000, "job_id": "long"},
+    ]
+    res = run_simulation(
+        make_jobs(rows),
+        ClusterSpec.from_flags(1, 2),
+        policy="multifactor",
+        predictor_factory=MeanPredictor,
+        engine_options=EngineOptions(log_decisions=True, validate=True),
+    )
+    j = by_id(res)
+    promised = [
+        d.reservation.start for d in res.decisions if d.reservation and d.reservation.job_id == "head"
+    ]
+    assert promised and promised[0] == 1000
+    assert j["head"]["start"] == 1000 and j["long"]["start"] == 1100
+
+
+def test_a_starved_head_is_not_kept_waiting_by_a_stream_of_gpu_shares() -> None:
+    """Fractional jobs keep arriving onto the head's node; once the head is past max_wait they may only
+    use a GPU the head's plan does not count on, so it starts when the sharers then running end."""
+    W = 1000.0
+    rows = [{"submit": 1000.0 * i, "runtime": 2000, "gpus": 0.5, "job_id": f"s{i}"} for i in range(60)]
+    rows.append({"submit": 1, "runtime": 100, "gpus": 2, "job_id": "head"})
+    for placement in ("first-fit", "topology"):
+        res = run_simulation(
+            make_jobs(rows),
+            ClusterSpec.from_flags(1, 2),
+            policy="impact",
+            placement=placement,
+            predictor_factory=MeanPredictor,
+            engine_options=EngineOptions(validate=True),
+            policy_options={"max_wait_s": {"normal": W}},
+        )
+        wait = by_id(res)["head"]["start"] - 1
+        assert wait <= W + 2000 + 1000, (placement, wait)  # max_wait + the sharers' runtime + one arrival gap
+
+
+def test_las_never_puts_a_whole_gpu_job_on_a_gpu_a_share_was_planned_on() -> None:
+    """The engine applies a preemption right before the start it makes room for: it preempted first,
+    so a whole-GPU start planned before the preemption took the freed GPU that a share named."""
+    rows = [
+        {"submit": 0, "runtime": 100_000, "gpus": 1, "job_id": "V"},
+        {"submit": 4000, "runtime": 100_000, "gpus": 1, "job_id": "W1"},
+        {"submit": 4000, "runtime": 100_000, "gpus": 0.5, "job_id": "W2"},
+    ]
+    res = run_simulation(
+        make_jobs(rows),
+        ClusterSpec.from_flags(1, 2),
+        policy="las",
+        predictor_factory=MeanPredictor,
+        engine_options=EngineOptions(validate=True),  # validate checks every GPU's share stays in range
+    )
+    j = by_id(res)
+    assert j["V"]["preemptions"] == 1 and j["W1"]["start"] == 4000 and j["W2"]["start"] == 4000
+
+
+def test_las_passes_when_a_job_started_in_the_pass_crosses_into_a_lower_queue() -> None:
+    """W starts at 100 (A ended) and reaches 3,600 GPU-seconds at 550: X, waiting in the top queue,
+    preempts it then, not when W ends."""
+    rows = [
+        {"submit": 0, "runtime": 100, "gpus": 8, "job_id": "A"},
+        {"submit": 0, "runtime": 10_000, "gpus": 8, "job_id": "W"},
+        {"submit": 0, "runtime": 100, "gpus": 8, "job_id": "X"},
+    ]
+    res = run_simulation(
+        make_jobs(rows),
+        ClusterSpec.from_flags(1, 8),
+        policy="las",
+        predictor_factory=MeanPredictor,
+        engine_options=EngineOptions(validate=True),
+    )
+    j = by_id(res)
+    assert j["X"]["start"] == 550 and j["X"]["end"] == 650
+    assert j["W"]["end"] == pytest.approx(100 + 10_000 + 100 + get_policy("las").restart_penalty_s)
+
+
+def test_las_a_promoted_job_does_not_stop_a_top_queue_job_behind_it_from_preempting() -> None:
+    """P, waiting long enough, is promoted to the top of the order but cannot preempt (its own queue is
+    low); F, fresh, comes after it in the order and may still preempt Q."""
+    rows = [
+        {"submit": 0, "runtime": 10_000, "gpus": 8, "job_id": "P"},
+        {"submit": 460, "runtime": 100_000, "gpus": 8, "job_id": "Q"},
+        {"submit": 4500, "runtime": 100, "gpus": 8, "job_id": "F"},
+    ]
+    res = run_simulation(
+        make_jobs(rows),
+        ClusterSpec.from_flags(1, 8),
+        policy="las",
+        predictor_factory=MeanPredictor,
+        engine_options=EngineOptions(validate=True),
+    )
+    j = by_id(res)
+    assert j["F"]["start"] == 4500 and j["F"]["end"] == 4600
+
+
+def test_las_preempts_only_the_jobs_the_preemptor_needs() -> None:
+    """Victims are taken lowest queue first until the job fits; one on another node that did not help
+    (V1) is kept running."""
+    rows = [
+        {"submit": 0, "runtime": 100_000, "gpus": 1, "job_id": "X"},
+        {"submit": 0, "runtime": 100_000, "gpus": 4, "job_id": "V2"},
+        {"submit": 10, "runtime": 100_000, "gpus": 2, "job_id": "V1"},
+        {"submit": 2000, "runtime": 1000, "gpus": 4, "job_id": "P"},
+    ]
+    res = run_simulation(
+        make_jobs(rows),
+        ClusterSpec.from_flags(2, 4),
+        policy="las",
+        predictor_factory=MeanPredictor,
+        engine_options=EngineOptions(validate=True),
+    )
+    j = by_id(res)
+    assert j["P"]["start"] == 2000
+    assert j["V2"]["preemptions"] == 1 and j["V1"]["preemptions"] == 0 and j["X"]["preemptions"] == 0
+
+
+def test_jobs_without_a_user_are_null_in_the_result_and_left_out_of_jain_fairness() -> None:
+    """They share one fair-share account inside the run, but one known user beside them is not two
+    users to compare (they were pooled as a user named "(unknown)", and Jain's index scored 0.86)."""
+    rows = [
+        {"submit": 0, "runtime": 100, "gpus": 8, "user": "alice", "job_id": "a"},
+        {"submit": 0, "runtime": 100, "gpus": 8, "user": None, "job_id": "b"},
+        {"submit": 0, "runtime": 100, "gpus": 8, "user": None, "job_id": "c"},
+    ]
+    res = run_simulation(
+        make_jobs(rows), ClusterSpec.from_flags(1, 8), policy="fifo", predictor_factory=MeanPredictor
+    )
+    assert {r["job_id"]: r["user"] for r in res.jobs.to_pylist()} == {"a": "alice", "b": None, "c": None}
+    assert compute(res)["jain_fairness"] is None

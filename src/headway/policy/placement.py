@@ -205,17 +205,27 @@ def _spread(
             if sum(sorted(map(free_l.__getitem__, members[r]), reverse=True)[:k]) >= g:
                 nodes = sorted(members[r], key=lambda n: -free_l[n])  # stable: ties by node index
                 break
-    if nodes is None:  # no rack holds it: the fullest nodes anywhere, the tightest node for the rest
-        order = np.argsort(-free, kind="stable")
-        chosen = order[: k - 1].tolist()
-        rest = g - int(free[chosen].sum()) if chosen else g
-        by_free = free[order]
-        room = by_free >= rest
-        room[: k - 1] = False
-        if not room.any():  # cannot happen when the first k nodes hold it; keep the safe answer
-            return _counts(free, order[:k].tolist(), g)
-        tight = int(order[int(np.argmin(np.where(room, by_free, _BIG)))])  # first of the tightest
-        return _counts(free, [*chosen, tight], g)
+    if nodes is None:
+        # No rack holds it: still k nodes, from as few racks as may be. Racks whose k fullest nodes
+        # hold the most come first (then the lowest index), taken until their fullest k nodes hold it.
+        if free_l is None:
+            free_l = free.tolist()
+        if members is None:
+            members = _rack_members(rack, n_racks)
+        tops = []
+        for r, mem in enumerate(members):
+            top = sorted(map(free_l.__getitem__, mem), reverse=True)[:k]
+            if top and top[0] > 0:
+                tops.append((-sum(top), r, top))
+        tops.sort()
+        pool: list[int] = []
+        picked: list[int] = []
+        for _, r, top in tops:
+            picked.append(r)
+            pool = sorted(pool + top, reverse=True)[:k]
+            if sum(pool) >= g:
+                break
+        nodes = sorted((n for r in picked for n in members[r]), key=lambda n: (-free_l[n], n))
     assert free_l is not None  # made above with `nodes`; the same counts as `free`, read as a list
     chosen = nodes[: k - 1]
     rest = g - sum(free_l[n] for n in chosen)

@@ -9,7 +9,7 @@ GPUs, and, for policies with a reservation, plans it and backfills around it (do
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import ClassVar
@@ -120,6 +120,10 @@ class Policy:
         return None
 
     def wake_at(self, snap: Snapshot) -> float | None:
+        return None
+
+    def wake_after(self, snap: Snapshot, starts: Sequence[Start]) -> float | None:
+        """A preemptive policy's next pass for what this pass started (not yet in `snap.running`)."""
         return None
 
     # Whether a pass over a queue of one job that fits is exactly that start plus `wake_one`, and a pass
@@ -257,7 +261,7 @@ class Policy:
             if rmask is not None and not rmask[pos]:
                 continue
             strict = self.strict_head(ranking, pos)
-            reservation, shadow, spare = self._reserve(
+            reservation, shadow, spare, counted = self._reserve(
                 snap, pos, whole_l[pos], index.free, index.share, taken
             )
             if strict:
@@ -308,15 +312,19 @@ class Policy:
                 )
                 if alloc is None:
                     continue
-                whole_taken = (
-                    alloc.counts
-                    if alloc.frac_gpu < 0
-                    else ((1,) if index.share[alloc.nodes[0], alloc.frac_gpu] == FULL_SHARE else (0,))
-                )
+                if alloc.frac_gpu < 0:
+                    whole_taken = alloc.counts
+                else:
+                    # A share of a GPU the plan counts on by the reservation's start (a free one, or a
+                    # shared one whose sharers end by then) keeps that GPU busy past it: one spare GPU.
+                    at = (alloc.nodes[0], alloc.frac_gpu)
+                    whole_taken = (1,) if counted[at] else (0,)
                 if not ends_before and any(
                     c > spare[nd] for nd, c in zip(alloc.nodes, whole_taken, strict=True)
                 ):
                     continue
+                if alloc.frac_gpu >= 0 and not ends_before:
+                    counted[alloc.nodes[0], alloc.frac_gpu] = False  # charged once
                 used = index.take(alloc)
                 for nd, c in zip(alloc.nodes, whole_taken, strict=True):
                     spare[nd] = min(int(spare[nd]) - (0 if ends_before else c), int(index.free[nd]))
@@ -331,9 +339,12 @@ class Policy:
         else:
             preempt, more = [], []
         starts.extend(more)
-        return Decision(
-            did, snap.now, tuple(starts), tuple(preempt), reservation, self.wake_at(snap), ranking
-        )
+        wake = self.wake_at(snap)
+        if preemptive and starts:
+            later = self.wake_after(snap, starts)
+            if later is not None and (wake is None or later < wake):
+                wake = later
+        return Decision(did, snap.now, tuple(starts), tuple(preempt), reservation, wake, ranking)
 
     def _try(
         self, free: I64, share: I64, rack: I64, n_racks: int, gpus: float, max_nodes: int, whole: int
@@ -350,42 +361,53 @@ class Policy:
         free: I64,
         share: I64,
         taken: list[tuple[list[tuple[int, int]], int]],
-    ) -> tuple[Reservation, float, I64]:
-        """The earliest time the head's gang fits given running jobs' expected ends, and the spare GPUs."""
+    ) -> tuple[Reservation, float, I64, npt.NDArray[np.bool_]]:
+        """The earliest time the head's gang fits given running jobs' expected ends, the spare GPUs, and
+        which GPUs the plan counts on being free by then ([node, gpu]; every one when it has no time)."""
         p, view = snap.pending, snap.cluster
         g = max(int(whole), 1)  # a fractional head is planned as one whole GPU (conservative)
         m = int(p.max_nodes[pos])
         est_run = self.running_end(snap)
-        ext = np.append(est_run, [math.inf, math.inf])  # owner -2 (shared / absent) -> never; -1 handled
+        # owner -2 (shared or absent) -> never, unless its sharers are known below; -1 (free at the
+        # snapshot) -> -inf: now if still free, else the end of what this pass put on it.
+        ext = np.append(est_run, [math.inf, -math.inf])
         rel = ext[view.owner]
-        rel[share == FULL_SHARE] = snap.now
-        rel[view.share < 0] = math.inf
+        if view.frac_at:
+            nd, gi, at = _sharers(view.frac_at, snap.running.key)
+            if len(at):
+                rel[nd, gi] = -math.inf
+                np.maximum.at(rel, (nd, gi), est_run[at])  # a shared GPU frees when its last sharer ends
         if taken:
             est_p = self.pending_estimate(snap)
             for used, tpos in taken:
-                for nd, gi in used:
-                    if share[nd, gi] < FULL_SHARE:
-                        rel[nd, gi] = snap.now + est_p[tpos] if math.isfinite(est_p[tpos]) else math.inf
+                e = snap.now + est_p[tpos] if math.isfinite(est_p[tpos]) else math.inf
+                for nd_, gi_ in used:
+                    if share[nd_, gi_] < FULL_SHARE and e > rel[nd_, gi_]:
+                        rel[nd_, gi_] = e
+        rel[share == FULL_SHARE] = snap.now
+        rel[np.isneginf(rel) | (view.share < 0)] = math.inf
         rel_sorted = np.sort(rel, axis=1)
         key, jid = int(p.key[pos]), str(p.job_id[pos])
+        never = (Reservation(key, jid, math.inf, ()), math.inf, np.zeros_like(free), np.ones(rel.shape, bool))
         if m == 1:
             if g > rel_sorted.shape[1]:
-                return Reservation(key, jid, math.inf, ()), math.inf, np.zeros_like(free)
+                return never
             t_node = rel_sorted[:, g - 1]
             node = int(np.argmin(t_node))
             t = float(t_node[node])
             if not math.isfinite(t):
-                return Reservation(key, jid, math.inf, ()), math.inf, np.zeros_like(free)
+                return never
             need = np.zeros_like(free)
             need[node] = g
-            at_t = (rel <= t).sum(axis=1)
+            counted = rel <= t
+            at_t = counted.sum(axis=1)
             spare = np.clip(np.minimum(free, at_t - need), 0, None)
-            return Reservation(key, jid, t, (node,)), t, spare
+            return Reservation(key, jid, t, (node,)), t, spare, counted
         flat = rel_sorted[np.isfinite(rel_sorted)]
         times = _candidate_times(flat, rel_sorted, g, m)
         lo, hi = 0, len(times) - 1
         if hi < 0 or not placeable((rel <= times[hi]).sum(axis=1), share, g, m):
-            return Reservation(key, jid, math.inf, ()), math.inf, np.zeros_like(free)
+            return never
         while lo < hi:
             mid = (lo + hi) // 2
             if placeable((rel <= times[mid]).sum(axis=1), share, g, m):
@@ -393,14 +415,26 @@ class Policy:
             else:
                 lo = mid + 1
         t = float(times[lo])
-        at_t = (rel <= t).sum(axis=1)
+        counted = rel <= t
+        at_t = counted.sum(axis=1)
         alloc = place(self.placement, at_t.copy(), share, view.rack, view.n_racks, float(g), m)
         need = np.zeros_like(free)
         if alloc is not None:
-            for nd, c in zip(alloc.nodes, alloc.counts, strict=True):
-                need[nd] = c
+            for nd_, c in zip(alloc.nodes, alloc.counts, strict=True):
+                need[nd_] = c
         spare = np.clip(np.minimum(free, at_t - need), 0, None)
-        return Reservation(key, jid, t, alloc.nodes if alloc else ()), t, spare
+        return Reservation(key, jid, t, alloc.nodes if alloc else ()), t, spare, counted
+
+
+def _sharers(frac_at: Mapping[int, tuple[int, int]], running_key: I64) -> tuple[I64, I64, I64]:
+    """(node, gpu, running position) of each running fractional job in `frac_at` (running key ->
+    (node, gpu)); keys not among the running jobs are left out."""
+    fk = np.fromiter(frac_at.keys(), dtype=np.int64, count=len(frac_at))
+    loc = np.array(list(frac_at.values()), dtype=np.int64).reshape(-1, 2)
+    srt = np.argsort(running_key, kind="stable")
+    i = np.minimum(np.searchsorted(running_key[srt], fk), max(len(srt) - 1, 0))
+    ok = (running_key[srt[i]] == fk) if len(srt) else np.zeros(len(fk), bool)
+    return loc[ok, 0], loc[ok, 1], srt[i[ok]]
 
 
 def _scratch(view: ClusterView) -> FreeIndex:
@@ -574,57 +608,84 @@ class Las(Policy):
         out_keys: list[int] = []
         starts: list[Start] = []
         tried = 0
+        below_q: dict[int, list[int]] = {}
+        tier = ranking.tier
         for pos in ranking.order.tolist():
             if tried >= self.max_preemptors:
                 break
             if int(p.key[pos]) in started:
                 continue
-            tried += 1
             q = int(self._queue(p.attained[pos : pos + 1])[0])  # promotion orders, never preempts
-            below = victims_order[(victims_q > q) & victims_ok].tolist()  # in victims order
+            below = below_q.get(q)
+            if below is None:
+                below = below_q[q] = victims_order[(victims_q > q) & victims_ok].tolist()  # victims order
             cands = [v for v in below if v not in gone]
             if not cands:
-                break  # later jobs rank no higher: nobody below them to preempt either
-            f2, s2 = free.copy(), share.copy()
+                if int(tier[pos]) < q:
+                    continue  # promoted ahead of its own queue: a job behind it may rank lower
+                break  # later jobs are in this queue or a lower one: nobody below them to preempt either
+            tried += 1
+            job = (float(p.gpus[pos]), int(p.max_nodes[pos]))
             chosen: list[int] = []
             alloc = None
             for v in cands:
-                mask = view.owner == v
-                if not mask.any():
+                if not (view.owner == v).any():
                     continue
-                s2[mask] = FULL_SHARE
-                f2 += mask.sum(axis=1)
                 chosen.append(v)
-                alloc = self._try(
-                    f2,
-                    s2,
-                    view.rack,
-                    view.n_racks,
-                    p.gpus[pos],
-                    int(p.max_nodes[pos]),
-                    gang_size(float(p.gpus[pos]))[0],
-                )
+                alloc, f2, s2 = self._fits_after(view, free, share, chosen, *job)
                 if alloc is not None:
                     break
             if alloc is None:
                 continue
+            # Victims taken before the one that made it fit may not be needed (another node's, a job too
+            # small to matter): keep only those it cannot fit without, latest added tried first.
+            for v in reversed(chosen[:-1]):
+                fewer = [u for u in chosen if u != v]
+                got, g2, t2 = self._fits_after(view, free, share, fewer, *job)
+                if got is not None:
+                    chosen, alloc, f2, s2 = fewer, got, g2, t2
             free[:], share[:] = f2, s2
             take(free, share, alloc)
             gone.update(chosen)
-            out_keys.extend(int(r.key[v]) for v in chosen)
-            starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc))
+            keys = tuple(int(r.key[v]) for v in chosen)
+            out_keys.extend(keys)
+            starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc, preempts=keys))
         return out_keys, starts
+
+    def _fits_after(
+        self, view: ClusterView, free: I64, share: I64, victims: list[int], gpus: float, max_nodes: int
+    ) -> tuple[Allocation | None, I64, I64]:
+        """Where a job fits once `victims` (running positions) are stopped, and the free GPUs then."""
+        f2, s2 = free.copy(), share.copy()
+        for v in victims:
+            mask = view.owner == v
+            s2[mask] = FULL_SHARE
+            f2 += mask.sum(axis=1)
+        alloc = self._try(f2, s2, view.rack, view.n_racks, gpus, max_nodes, gang_size(gpus)[0])
+        return alloc, f2, s2
 
     def wake_at(self, snap: Snapshot) -> float | None:
         r = snap.running
         if len(snap.pending) == 0 or len(r) == 0:
             return None
-        att = r.attained + r.gpus * (snap.now - r.start)
+        return self._next_queue_change(snap.now, r.attained + r.gpus * (snap.now - r.start), r.gpus)
+
+    def wake_after(self, snap: Snapshot, starts: Sequence[Start]) -> float | None:
+        """When a job started in this pass crosses into a lower queue, where a waiting job may preempt it
+        (Tiresias demotes a job the moment it crosses; without a pass then, it ran on until some
+        unrelated event)."""
+        p = snap.pending
+        at = np.flatnonzero(np.isin(p.key, np.fromiter((s.key for s in starts), np.int64, len(starts))))
+        if len(at) == 0:
+            return None
+        return self._next_queue_change(snap.now, p.attained[at], p.gpus[at])
+
+    def _next_queue_change(self, now: float, attained: F64, gpus: F64) -> float | None:
         thr = np.asarray((*self.thresholds, math.inf))
-        nxt = thr[self._queue(att)]
-        dt = (nxt - att) / np.maximum(r.gpus, 1e-9)
-        t = float(np.min(snap.now + dt))
-        return t if math.isfinite(t) and t > snap.now else None
+        nxt = thr[self._queue(attained)]
+        dt = (nxt - attained) / np.maximum(gpus, 1e-9)
+        t = float(np.min(now + dt))
+        return t if math.isfinite(t) and t > now else None
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ true runtime or outcome, except `PendingJobs.oracle_runtime`, which only an `*-o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -86,6 +86,10 @@ class ClusterView:
     # The one-node placements of `free`, kept current by the same caller: a pass's first placement reads
     # it instead of scanning every node. None: the pass works from the arrays alone.
     index: LiveIndex | None = None
+    # Running key -> (node, gpu) of every running fractional job, kept current by the caller: a shared
+    # GPU is free again when its last sharer ends, which a reservation needs to know. None: a shared GPU
+    # is taken to stay busy (no reservation counts on it).
+    frac_at: Mapping[int, tuple[int, int]] | None = None
 
     @property
     def capacity(self) -> float:
@@ -129,6 +133,9 @@ class Start:
     job_id: str
     alloc: Allocation
     backfill: bool = False
+    # Running jobs (keys) this start preempts: stopped right before it, in the order the policy planned,
+    # so the GPUs it was planned on are the ones freed for it (Decision.preempt lists them all).
+    preempts: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ from headway.policy.snapshot import (
 from headway.predict.api import EndedJob, OnlinePredictor, SubmittedJob
 from headway.schema import State
 from headway.sim.cluster import Cluster
-from headway.sim.result import JOB_COLUMNS, TIMELINE_COLUMNS, SimResult, WaitRecord
+from headway.sim.result import JOB_COLUMNS, TIMELINE_COLUMNS, UNKNOWN_USER, SimResult, WaitRecord
 
 _DONE = State.COMPLETED.value  # the one final state that counts as success (oracle outcome)
 END, ARRIVAL, PASS = 0, 1, 2  # same-instant order: ends, then arrivals, then the scheduling pass
@@ -271,6 +271,7 @@ class Engine:
         nodes_used_a, nodes_used = _shared(np.zeros(n, dtype=np.int64))
         racks_used_a, racks_used = _shared(np.zeros(n, dtype=np.int64))
         used_gpus: dict[int, list[tuple[int, int]]] = {}
+        frac_at: dict[int, tuple[int, int]] = {}  # running fractional jobs' GPU (ClusterView.frac_at)
         n_names = int(J.name_key.max(initial=-1)) + 2
         # last slot (-1) stays 0: unnamed jobs never hold
         streak_a, streak = _shared(np.zeros(n_names, dtype=np.int64))
@@ -462,6 +463,7 @@ class Engine:
             used = used_gpus.pop(k)
             frac = milli_a[k] if whole_a[k] == 0 else 0
             if frac:
+                del frac_at[k]
                 nd = used[0][0]
                 C.release(used, frac)
                 node_free(nd, int(C.free[nd]))
@@ -601,6 +603,7 @@ class Engine:
             cv.n_racks,
             None if ref else _ro(rack_free),
             live,
+            frac_at,
         )
 
         p_cols: tuple[str, ...] = ("job_id", "user", "klass", "submit", "gpus", "max_nodes", "time_limit")
@@ -677,6 +680,7 @@ class Engine:
             slot = runb.add(k)
             used_gpus[k] = C.allocate(al, slot)
             if al.frac_gpu >= 0:
+                frac_at[k] = (al.nodes[0], al.frac_gpu)
                 node_free(al.nodes[0], int(C.free[al.nodes[0]]))
             else:
                 for nd, c in zip(al.nodes, al.counts, strict=True):
@@ -694,16 +698,26 @@ class Engine:
             seq += 1
             heapq.heappush(heap, (e, END, seq, k, epoch[k]))
 
+        def preempt(key: int, now: float) -> None:
+            stop_running(key, now)
+            remaining[key] = max(end_t[key] - now, 0.0)
+            end_t[key] = math.nan
+            epoch[key] += 1
+            preemptions_a[key] += 1
+            last_stop_a[key] = now
+            add_pending(key)
+
         def apply(dec: Decision, now: float) -> None:
+            # A preemption that makes room for a start (Start.preempts) is applied right before it, in
+            # the order the policy planned: otherwise a start placed before the preemption could take the
+            # freed GPU its planned share names (each node's first free GPUs go to whole-GPU starts).
+            attached = {key for s in dec.start for key in s.preempts}
             for key in dec.preempt:
-                stop_running(key, now)
-                remaining[key] = max(end_t[key] - now, 0.0)
-                end_t[key] = math.nan
-                epoch[key] += 1
-                preemptions_a[key] += 1
-                last_stop_a[key] = now
-                add_pending(key)
+                if key not in attached:
+                    preempt(key, now)
             for s in dec.start:
+                for key in s.preempts:
+                    preempt(key, now)
                 start_job(s.key, s.alloc, now)
             if dec.wake_at is not None and dec.wake_at > now:
                 wake(dec.wake_at)
@@ -891,7 +905,10 @@ class Engine:
         jobs_tbl = pa.table(
             {
                 "job_id": pa.array(J.job_id.tolist(), pa.string()),
-                "user": pa.array([J.users[u] for u in J.user.tolist()], pa.string()),
+                "user": pa.array(
+                    [None if (name := J.users[u]) == UNKNOWN_USER else name for u in J.user.tolist()],
+                    pa.string(),
+                ),
                 "group": pa.array(J.group.tolist(), pa.string()),
                 "name": pa.array(J.name.tolist(), pa.string()),
                 "gpus": pa.array(J.gpus, pa.float64()),

@@ -7,6 +7,10 @@ from typing import Any
 
 import pyarrow as pa
 
+# Jobs without a user share this one name inside a run (one fair-share account, as Slurm would bill
+# them to one); the result's `user` column gives them null, so per-user metrics leave them out.
+UNKNOWN_USER = "(unknown)"
+
 # One row per simulated job. Times are seconds on the simulation clock (0 = first arrival).
 #   job_id str, user str, group str|null, name str|null, gpus float, nodes_used int, racks_used int,
 #   submit float, start float|null (null: never started before the end), end float|null,

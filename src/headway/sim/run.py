@@ -17,7 +17,7 @@ from headway.predict.api import EndedJob, OnlinePredictor, Predictions, Submitte
 from headway.schema import conform, submit_order
 from headway.sim.cluster import Cluster, ClusterSpec
 from headway.sim.engine import Engine, EngineOptions, JobArrays, Truth
-from headway.sim.result import SimResult
+from headway.sim.result import UNKNOWN_USER, SimResult
 
 NEVER_RAN = "never started or never ended in the trace"
 CPU_ONLY = "CPU-only (0 GPUs)"
@@ -169,7 +169,7 @@ def prepare(
         if len(rel):
             rel = rel * (natural / load)
             final = load
-    users_raw = [u if u is not None else "(unknown)" for u in tt.column("user").to_pylist()]
+    users_raw = [u if u is not None else UNKNOWN_USER for u in tt.column("user").to_pylist()]
     user_names = sorted(set(users_raw))
     ucode = {u: i for i, u in enumerate(user_names)}
     classes_raw = [c if c else "normal" for c in tt.column("priority_class").to_pylist()]
@@ -185,7 +185,7 @@ def prepare(
             nkey.setdefault((u, "name", nm), len(nkey))
             if nm is not None
             else nkey.setdefault((u, "group", gr), len(nkey))
-            if gr is not None and u != "(unknown)"
+            if gr is not None and u != UNKNOWN_USER
             else -1
             for u, nm, gr in zip(users_raw, names, groups, strict=True)
         ],
