@@ -51,6 +51,12 @@ OUTCOME_OF: dict[State, Outcome] = {
 }
 
 WASTE_STATES: tuple[State, ...] = tuple(s for s, o in OUTCOME_OF.items() if o is Outcome.WASTE)
+# Failures the job's owner can act on (the code, the memory or the time asked for): what the repeat-failure
+# hold counts. A node failure is waste too, but not the user's doing: it neither extends nor ends a
+# streak, so one bad node cannot hold back a user's sweep.
+OWN_FAILURE_STATES: frozenset[str] = frozenset(
+    {State.FAILED.value, State.TIMEOUT.value, State.OUT_OF_MEMORY.value}
+)
 ENDED_STATES: tuple[State, ...] = tuple(s for s, o in OUTCOME_OF.items() if o is not Outcome.UNFINISHED)
 
 TS = pa.timestamp("us", tz="UTC")

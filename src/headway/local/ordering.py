@@ -21,9 +21,9 @@ from headway.policy import get_policy
 from headway.policy.placement import take
 from headway.policy.snapshot import FULL_SHARE, ClusterView, PendingJobs, RunningJobs, Snapshot
 from headway.predict.api import EndedJob, SubmittedJob
+from headway.schema import OWN_FAILURE_STATES
 
 HALF_LIFE_S = 7 * 86400.0  # Slurm's default PriorityDecayHalfLife
-WASTE = frozenset({"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"})
 DEFAULT_RUNTIME_S = 3600.0  # assumed when a job has neither a prediction nor a time limit
 
 
@@ -44,7 +44,7 @@ class UsageBook:
         key = (u, name or "")
         if state == "COMPLETED":
             self.streak[key] = 0
-        elif state in WASTE:
+        elif state in OWN_FAILURE_STATES:
             self.streak[key] = self.streak.get(key, 0) + 1
 
     def _add_usage(self, user: str, gpu_seconds: float, at: float) -> None:

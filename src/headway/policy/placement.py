@@ -203,7 +203,8 @@ def _spread(
         for _, r in sorted(zip(tot, cand.tolist(), strict=True)):
             # the rack's k largest free counts hold it (the counts alone, before ordering its nodes)
             if sum(sorted(map(free_l.__getitem__, members[r]), reverse=True)[:k]) >= g:
-                nodes = sorted(members[r], key=lambda n: -free_l[n])  # stable: ties by node index
+                fl = free_l
+                nodes = sorted(members[r], key=lambda n: -fl[n])  # stable: ties by node index
                 break
     if nodes is None:
         # No rack holds it: still k nodes, from as few racks as may be. Racks whose k fullest nodes
@@ -225,7 +226,8 @@ def _spread(
             pool = sorted(pool + top, reverse=True)[:k]
             if sum(pool) >= g:
                 break
-        nodes = sorted((n for r in picked for n in members[r]), key=lambda n: (-free_l[n], n))
+        fl = free_l
+        nodes = sorted((n for r in picked for n in members[r]), key=lambda n: (-fl[n], n))
     assert free_l is not None  # made above with `nodes`; the same counts as `free`, read as a list
     chosen = nodes[: k - 1]
     rest = g - sum(free_l[n] for n in chosen)

@@ -39,14 +39,13 @@ from headway.policy.snapshot import (
     Snapshot,
 )
 from headway.predict.api import EndedJob, OnlinePredictor, SubmittedJob
-from headway.schema import State
+from headway.schema import OWN_FAILURE_STATES, State
 from headway.sim.cluster import Cluster
 from headway.sim.result import JOB_COLUMNS, TIMELINE_COLUMNS, UNKNOWN_USER, SimResult, WaitRecord
 
 _DONE = State.COMPLETED.value  # the one final state that counts as success (oracle outcome)
 END, ARRIVAL, PASS = 0, 1, 2  # same-instant order: ends, then arrivals, then the scheduling pass
 DAY = 86400.0
-_WASTE = {State.FAILED.value, State.TIMEOUT.value, State.OUT_OF_MEMORY.value, State.NODE_FAIL.value}
 
 
 @dataclass(slots=True)
@@ -795,7 +794,7 @@ class Engine:
                     goodput += gpus_a[k] * runtime_a[k] / 3600.0
                     if nk >= 0:
                         streak_a[nk] = 0
-                elif state in _WASTE and nk >= 0:
+                elif state in OWN_FAILURE_STATES and nk >= 0:
                     streak_a[nk] += 1
                 observe_end(EndedJob(submitted(k), ep0 + first_start[k], ep0 + now, state))
                 del subs[k]

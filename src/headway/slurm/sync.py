@@ -21,7 +21,7 @@ import numpy as np
 
 from headway.policy.snapshot import FULL_SHARE, ClusterView, PendingJobs, Ranking, RunningJobs, Snapshot
 from headway.predict.api import EndedJob, OnlinePredictor, Predictions, SubmittedJob
-from headway.schema import OUTCOME_OF, JobRecord, Outcome, natural_key
+from headway.schema import OUTCOME_OF, OWN_FAILURE_STATES, JobRecord, Outcome, State, natural_key
 from headway.slurm.queue import (
     SINFO_ARGS,
     NodeGpus,
@@ -288,14 +288,14 @@ class History:
 
 
 def fail_streaks(history: Sequence[JobRecord]) -> dict[tuple[str | None, str | None], int]:
-    """Per (user, name): failures in a row at the end of its history, with no success since."""
+    """Per (user, name): the user's own failures in a row at the end of its history, with no success
+    since (node failures neither count nor break a streak: `OWN_FAILURE_STATES`)."""
     streak: dict[tuple[str | None, str | None], int] = {}
     for r in sorted(history, key=lambda r: (r.end_time is None, r.end_time)):
         key = (r.user, r.name)
-        outcome = OUTCOME_OF[r.state]
-        if outcome is Outcome.SUCCESS:
+        if r.state is State.COMPLETED:
             streak[key] = 0
-        elif outcome is Outcome.WASTE:
+        elif r.state.value in OWN_FAILURE_STATES:
             streak[key] = streak.get(key, 0) + 1
     return streak
 
