@@ -388,15 +388,23 @@ class Policy:
         rel[np.isneginf(rel) | (view.share < 0)] = math.inf
         rel_sorted = np.sort(rel, axis=1)
         key, jid = int(p.key[pos]), str(p.job_id[pos])
-        never = (Reservation(key, jid, math.inf, ()), math.inf, np.zeros_like(free), np.ones(rel.shape, bool))
+
+        def never() -> tuple[Reservation, float, I64, npt.NDArray[np.bool_]]:
+            return (
+                Reservation(key, jid, math.inf, ()),
+                math.inf,
+                np.zeros_like(free),
+                np.ones(rel.shape, bool),
+            )
+
         if m == 1:
             if g > rel_sorted.shape[1]:
-                return never
+                return never()
             t_node = rel_sorted[:, g - 1]
             node = int(np.argmin(t_node))
             t = float(t_node[node])
             if not math.isfinite(t):
-                return never
+                return never()
             need = np.zeros_like(free)
             need[node] = g
             counted = rel <= t
@@ -407,7 +415,7 @@ class Policy:
         times = _candidate_times(flat, rel_sorted, g, m)
         lo, hi = 0, len(times) - 1
         if hi < 0 or not placeable((rel <= times[hi]).sum(axis=1), share, g, m):
-            return never
+            return never()
         while lo < hi:
             mid = (lo + hi) // 2
             if placeable((rel <= times[mid]).sum(axis=1), share, g, m):
