@@ -359,7 +359,8 @@ def fake_slurm(tmp_path: Path, shared_traces: Path) -> Path:
     _script(d / "squeue", down + garbage + f'cat "{src / "squeue_pending.json"}"\n')
     _script(d / "sinfo", down + f"printf '{sinfo}'\n")
     _script(d / "sacct", f'cat "{src / "sacct_allocations.txt"}" | head -n 11\n')
-    _script(d / "sprio", down + f'[ -e "{d}/sites" ] && cat "{d}/sites" || {sprio_all}\n')
+    long = f'if [ "$1" = "-l" ]; then cat "{src / "sprio_long.txt"}"; exit 0; fi\n'
+    _script(d / "sprio", down + long + f'[ -e "{d}/sites" ] && cat "{d}/sites" || {sprio_all}\n')
     # Like scontrol reading commands from stdin: one line each, the failing job named on stderr.
     _script(
         d / "scontrol",
@@ -578,3 +579,58 @@ def test_an_accounting_outage_names_slurmdbd() -> None:
         "sacct: error: slurm_persist_conn_open_without_init: failed to open ... Connection refused",
     )
     assert isinstance(err, SlurmDown) and "slurmdbd" in str(err)
+
+
+def _queue_with_names(tmp_path: Path, shared_traces: Path, fake_slurm: Path, names: list[str]) -> list[str]:
+    """The real 22.05 queue, its first pending jobs renamed as a user may name them; returns their ids."""
+    doc = json.loads((shared_traces / SLURM / "squeue_pending.json").read_text())
+    pending = [j for j in doc["jobs"] if j["job_state"] == "PENDING"]
+    for j, name in zip(pending, names, strict=False):
+        j["name"] = name
+    (tmp_path / "queue.json").write_text(json.dumps(doc))
+    _script(fake_slurm / "squeue", f'cat "{tmp_path / "queue.json"}"\n')
+    return [str(j["job_id"]) for j in pending[: len(names)]]
+
+
+def test_job_names_that_look_like_markup_are_shown_as_written(
+    fake_slurm: Path, tmp_path: Path, shared_traces: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from headway.cli import app
+
+    names = ["[/]", "x[/]", "[red]evil", "[bold"]
+    ids = _queue_with_names(tmp_path, shared_traces, fake_slurm, names)
+    monkeypatch.setenv("PATH", f"{fake_slurm}:{os.environ['PATH']}")
+    monkeypatch.setattr("headway.slurm.sync.default_predictor", RatePredictor)
+    db = str(tmp_path / "x.duckdb")
+    res = CliRunner().invoke(app, ["slurm", "sync", "--once", "-v", "--db", db])
+    assert res.exit_code == 0, res.output
+    assert all(n in res.stdout for n in names), res.stdout
+    for job, name in zip(ids, names, strict=True):
+        why = CliRunner().invoke(app, ["slurm", "why", job, "--db", db])
+        assert why.exit_code == 0, why.output
+        assert f", {name}, " in why.stdout, why.stdout
+
+
+def test_a_report_that_cannot_be_shown_does_not_end_the_loop(
+    fake_slurm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sync = SlurmSync(
+        _runner(fake_slurm),
+        SyncOptions(apply=False, db=tmp_path / "j.duckdb"),
+        predictor_factory=RatePredictor,
+    )
+    shown: list[int] = []
+
+    def on_report(r: PassReport) -> None:
+        shown.append(r.seq)
+        raise ValueError("closing tag '[/]' at position 0 has nothing to close")
+
+    assert run_loop(sync, 0.01, on_report, max_passes=3) == 3
+    assert shown == [1, 2, 3]
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == (
+        "pass 1: could not show its report: ValueError: closing tag '[/]' at position 0 has nothing to close"
+    )
+    assert len(lines) == 3

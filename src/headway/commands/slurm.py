@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.columns import Columns
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from headway.console import err, fail, out, print_json, print_table
 
@@ -49,7 +51,7 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool
         print_json(report.to_json(), one_line=stream)  # the loop writes one object a line
         return
     if not report.ok and report.plan is None:
-        err.print(f"[yellow]pass {report.seq}:[/] {report.error}; nothing written")
+        err.print(f"[yellow]pass {report.seq}:[/] {escape(report.error or '')}; nothing written")
         return
     plan = report.plan
     assert plan is not None
@@ -64,7 +66,7 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool
     changed = {c.job_id for c in plan.changes}
     for r in plan.rows:
         if r.job_id in report.failed:
-            status = f"[red]failed[/]: {report.failed[r.job_id]}"
+            status = f"[red]failed[/]: {escape(report.failed[r.job_id])}"
         elif r.job_id in applied:
             status = "[green]written[/]"
         elif r.job_id in changed:
@@ -73,13 +75,13 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool
             status = "unchanged"
         if not verbose and status == "unchanged" and len(plan.rows) > 50:
             continue
-        t.add_row(
+        t.add_row(  # what Slurm or a user named (`-J '[/]'`) as plain text, never as markup
             str(r.rank),
-            r.display_id,
-            r.user or "-",
-            r.name or "-",
+            Text(r.display_id),
+            Text(r.user or "-"),
+            Text(r.name or "-"),
             f"{r.gpus:g}" + (f" x{r.tasks}" if r.tasks > 1 else ""),
-            r.tier.split(" ")[0],
+            Text(r.tier.split(" ")[0]),
             f"{r.score:.4g}",
             "?" if r.current is None else str(r.current),
             str(r.target),
@@ -87,9 +89,9 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool
         )
     print_table(t)
     if plan.skipped_cpu_only:
-        out.print(f"left alone (no GPUs requested): {', '.join(plan.skipped_cpu_only)}")
+        out.print(f"left alone (no GPUs requested): {escape(', '.join(plan.skipped_cpu_only))}")
     if plan.skipped_waiting:
-        waiting = ", ".join(f"{j} ({why})" for j, why in plan.skipped_waiting.items())
+        waiting = escape(", ".join(f"{j} ({why})" for j, why in plan.skipped_waiting.items()))
         out.print(
             "left alone (cannot start whatever their priority; a SiteFactor from before goes to the "
             f"range's low end): {waiting}"
@@ -106,7 +108,7 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool
     else:
         out.print(f"{summary}; written {len(report.applied)}, failed {len(report.failed)}")
     if report.error:
-        err.print(f"[yellow]pass {report.seq}:[/] {report.error}")
+        err.print(f"[yellow]pass {report.seq}:[/] {escape(report.error)}")
 
 
 @app.command("sync")
@@ -300,24 +302,27 @@ def why(
         return
     tasks = f", {row.tasks} pending tasks ranked as one: they share one priority" if row.tasks > 1 else ""
     out.print(
-        f"[bold]job {row.display_id}[/] ({row.user or '-'}, {row.name or '-'}, {row.gpus:g} GPUs{tasks})"
+        Text.assemble(
+            (f"job {row.display_id}", "bold"),
+            f" ({row.user or '-'}, {row.name or '-'}, {row.gpus:g} GPUs{tasks})",
+        )
     )
     t = Table(title="headway", show_header=False)
-    t.add_row("rank", f"{row.rank} of {len(plan.rows)} pending GPU jobs ({row.tier})")
+    t.add_row("rank", Text(f"{row.rank} of {len(plan.rows)} pending GPU jobs ({row.tier})"))
     t.add_row("score", f"{row.score:.4g}")
     for k, v in row.factors.items():
-        t.add_row(k, f"{v:.4g}")
+        t.add_row(Text(k), f"{v:.4g}")
     t.add_row("SiteFactor", f"{'?' if row.current is None else row.current} now, {row.target} planned")
     if sprio is None:
         print_table(t)
         out.print(
             "slurm: sprio has no line for this job"
-            + (f" ({res.stderr.strip()})" if res.stderr.strip() else "")
+            + (f" ({escape(res.stderr.strip())})" if res.stderr.strip() else "")
         )
         return
     s = Table(title=f"slurm (sprio): priority {sprio.priority}", show_header=False)
     for k, v in sprio.factors.items():
-        s.add_row(k, f"{v:g}")
+        s.add_row(Text(k), f"{v:g}")
     out.print(Columns([t, s]))
 
 

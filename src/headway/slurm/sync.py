@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import sys
 import tempfile
 import threading
 import time
@@ -588,7 +589,11 @@ def run_loop(
     while not stop.is_set():
         report = sync.run_pass()
         passes += 1
-        on_report(report)
+        try:
+            on_report(report)
+        except Exception as e:  # showing a pass must never stop the syncing: say so on one line, go on
+            said = " ".join(f"{type(e).__name__}: {e}".split())
+            print(f"pass {report.seq}: could not show its report: {said}", file=sys.stderr)
         failures = 0 if report.ok else failures + 1
         if max_passes is not None and passes >= max_passes:
             break
