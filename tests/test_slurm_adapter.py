@@ -3,6 +3,7 @@ sync pass driven through stand-in Slurm commands (shell scripts on PATH) to prov
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import json
 import os
@@ -634,3 +635,44 @@ def test_a_report_that_cannot_be_shown_does_not_end_the_loop(
         "pass 1: could not show its report: ValueError: closing tag '[/]' at position 0 has nothing to close"
     )
     assert len(lines) == 3
+
+
+def _log_sacct_args(fake_slurm: Path, body: str | None = None) -> Path:
+    """The stand-in sacct, logging its arguments (one call a line); `body` replaces what it prints."""
+    log = fake_slurm / "sacct.args"
+    old = (fake_slurm / "sacct").read_text().removeprefix("#!/bin/sh\n")
+    _script(fake_slurm / "sacct", f'echo "$@" >> "{log}"\n' + (body if body is not None else old))
+    return log
+
+
+def _sacct_start(args_line: str) -> dt.datetime:
+    argv = args_line.split()
+    return dt.datetime.fromisoformat(argv[argv.index("-S") + 1])
+
+
+def test_a_store_last_fed_months_ago_is_read_from_since_not_from_its_newest_job(
+    fake_slurm: Path, tmp_path: Path
+) -> None:
+    from headway.schema import JobRecord, State, records_to_table
+    from headway.store import JobStore
+
+    db = tmp_path / "stale.duckdb"
+    ended = dt.datetime.now(dt.UTC) - dt.timedelta(days=90)
+    with JobStore(db) as store:
+        store.upsert(records_to_table([JobRecord("1", State.COMPLETED, "sacct", "alice", end_time=ended)]))
+    log = _log_sacct_args(fake_slurm)
+    sync = SlurmSync(_runner(fake_slurm), SyncOptions(db=db, since="2d"), predictor_factory=RatePredictor)
+    assert sync.run_pass().ok
+    start = _sacct_start(log.read_text().splitlines()[0])
+    assert start.astimezone() >= (dt.datetime.now() - dt.timedelta(days=2, minutes=1)).astimezone()
+
+
+def test_a_history_read_that_times_out_says_so_and_names_its_window(fake_slurm: Path, tmp_path: Path) -> None:
+    _log_sacct_args(fake_slurm, "exec sleep 5\n")
+    runner = Runner(timeout_s=1, env={**os.environ, "PATH": f"{fake_slurm}:{os.environ['PATH']}"})
+    sync = SlurmSync(runner, SyncOptions(db=tmp_path / "j.duckdb", since="45d"), RatePredictor)
+    report = sync.run_pass()
+    assert not report.ok and report.error is not None
+    assert report.error.startswith("sacct: no answer within 1 s reading the history since ")
+    assert "(45 days)" in report.error and "shorter --since" in report.error
+    assert "headway ingest --from-slurm --since 45d" in report.error and "not answering" not in report.error

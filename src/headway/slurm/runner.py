@@ -45,6 +45,10 @@ class SlurmDown(SlurmError):
     """The controller did not answer; the caller backs off and retries, and writes nothing meanwhile."""
 
 
+class SlurmTimeout(SlurmDown):
+    """A command gave no answer within the runner's timeout: maybe down, maybe asked for too much."""
+
+
 @dataclass(frozen=True, slots=True)
 class Result:
     argv: tuple[str, ...]
@@ -111,7 +115,7 @@ class Runner:
             said = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
             if _NO_CONFIG.search(said):
                 raise classify(cmd, -1, said) from None
-            raise SlurmDown(f"{cmd}: no answer within {self.timeout_s:.0f} s") from None
+            raise SlurmTimeout(f"{cmd}: no answer within {self.timeout_s:.0f} s") from None
         except OSError as e:
             raise SlurmError(f"cannot run {cmd}: {e.strerror}") from e
         res = Result(tuple(argv), proc.returncode, proc.stdout, proc.stderr)

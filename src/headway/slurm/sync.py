@@ -32,7 +32,7 @@ from headway.slurm.queue import (
     read_queue,
     read_site_factors,
 )
-from headway.slurm.runner import Runner, SlurmDenied, SlurmDown, SlurmError, SlurmMissing
+from headway.slurm.runner import Runner, SlurmDenied, SlurmDown, SlurmError, SlurmMissing, SlurmTimeout
 from headway.slurm.sitefactor import (
     ApplyReport,
     Change,
@@ -255,14 +255,22 @@ class History:
         from headway.traces.checks import tidy
         from headway.traces.sacct import READER, parse_since, sacct_command
 
-        start = self.next_since
-        if start is None:
-            try:
-                start = parse_since(since)
-            except (BadInputError, ValueError) as e:
-                raise SlurmError(f"--since: {e}") from e
-        argv = sacct_command(start.astimezone(), sacct="sacct")
-        res = runner.run("sacct", argv[1:])
+        try:
+            floor = parse_since(since).astimezone()
+        except (BadInputError, ValueError) as e:
+            raise SlurmError(f"--since: {e}") from e
+        # Never before --since: a store last fed months ago would make every pass ask sacct for months.
+        start = floor if self.next_since is None else max(self.next_since.astimezone(), floor)
+        argv = sacct_command(start, sacct="sacct")
+        try:
+            res = runner.run("sacct", argv[1:])
+        except SlurmTimeout as e:
+            days = max(math.ceil((now - start.timestamp()) / 86400 - 0.01), 1)
+            raise SlurmTimeout(
+                f"{e} reading the history since {start:%Y-%m-%d %H:%M %Z} ({days} days): sacct is slow on "
+                "a long window; give a shorter --since, or store it once with `headway ingest --from-slurm "
+                f"--since {days}d` (it waits longer) into this store"
+            ) from None
         with tempfile.TemporaryDirectory(prefix="headway-sync-") as tmp:
             path = Path(tmp) / "sacct.txt"
             path.write_text(res.stdout)
