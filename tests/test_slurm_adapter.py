@@ -676,3 +676,64 @@ def test_a_history_read_that_times_out_says_so_and_names_its_window(fake_slurm: 
     assert report.error.startswith("sacct: no answer within 1 s reading the history since ")
     assert "(45 days)" in report.error and "shorter --since" in report.error
     assert "headway ingest --from-slurm --since 45d" in report.error and "not answering" not in report.error
+
+
+def _sacct_fails_while(fake_slurm: Path, flag: str) -> Path:
+    """The stand-in sacct answers as with slurmdbd stopped while `$DIR/<flag>` exists."""
+    msg = (
+        "sacct: error: slurm_persist_conn_open_without_init: failed to open persistent connection to "
+        "host:localhost:6819: Connection refused"
+    )
+    old = (fake_slurm / "sacct").read_text().removeprefix("#!/bin/sh\n")
+    _script(
+        fake_slurm / "sacct", f'if [ -e "{fake_slurm / flag}" ]; then echo "{msg}" >&2; exit 1; fi\n' + old
+    )
+    return fake_slurm / flag
+
+
+def test_with_slurmdbd_down_a_pass_ranks_with_the_history_read_before_and_says_how_old(
+    fake_slurm: Path, tmp_path: Path
+) -> None:
+    dbd_down = _sacct_fails_while(fake_slurm, "dbd_down")
+    t = [1_800_000_000.0]
+    sync = SlurmSync(
+        _runner(fake_slurm), SyncOptions(db=tmp_path / "j.duckdb"), RatePredictor, clock=lambda: t[0]
+    )
+    first = sync.run_pass()
+    assert first.ok and first.plan is not None and first.plan.warning is None
+    dbd_down.touch()
+    t[0] += 300
+    second = sync.run_pass()
+    assert second.ok and second.plan is not None and second.plan.history_new == 0
+    assert [r.job_id for r in second.plan.rows] == [r.job_id for r in first.plan.rows]
+    assert second.plan.warning == (
+        "sacct: slurmdbd (accounting) is not answering: sacct: error: slurm_persist_conn_open_without_init: "
+        "failed to open persistent connection to host:localhost:6819: Connection refused; ranking with the "
+        "history read from sacct 5 min ago"
+    )
+    assert second.to_json()["warning"] == second.plan.warning
+
+
+def test_with_slurmdbd_down_and_no_history_ever_read_the_pass_fails(fake_slurm: Path, tmp_path: Path) -> None:
+    _sacct_fails_while(fake_slurm, "dbd_down").touch()
+    sync = SlurmSync(_runner(fake_slurm), SyncOptions(db=tmp_path / "none.duckdb"), RatePredictor)
+    report = sync.run_pass()
+    assert not report.ok and "slurmdbd (accounting) is not answering" in (report.error or "")
+
+
+def test_why_with_slurmdbd_down_answers_from_the_stores_history_and_says_so(
+    fake_slurm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from headway.cli import app
+
+    db = tmp_path / "j.duckdb"
+    assert SlurmSync(_runner(fake_slurm), SyncOptions(apply=True, db=db), RatePredictor).run_pass().ok
+    _sacct_fails_while(fake_slurm, "dbd_down").touch()
+    monkeypatch.setenv("PATH", f"{fake_slurm}:{os.environ['PATH']}")
+    monkeypatch.setattr("headway.slurm.sync.default_predictor", RatePredictor)
+    res = CliRunner().invoke(app, ["slurm", "why", "5", "--db", str(db)])
+    assert res.exit_code == 0, res.output
+    assert "slurmdbd (accounting) is not answering" in res.output
+    assert "ranking with the store's history (its newest job ended" in res.output

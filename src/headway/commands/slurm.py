@@ -55,6 +55,8 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool
         return
     plan = report.plan
     assert plan is not None
+    if plan.warning:
+        err.print(f"[yellow]pass {report.seq}:[/] {escape(plan.warning)}", soft_wrap=True)
     t = Table(
         title=f"pass {report.seq}: {plan.pending} pending, {plan.running} running ({plan.queue_source})"
     )
@@ -296,10 +298,13 @@ def why(
             "site_factor_now": row.current,
         },
         "slurm": None if sprio is None else {"priority": sprio.priority, "factors": sprio.factors},
+        "warning": plan.warning,
     }
     if as_json:
         print_json(data)
         return
+    if plan.warning:
+        err.print(f"[yellow]warning:[/] {escape(plan.warning)}", soft_wrap=True)
     tasks = f", {row.tasks} pending tasks ranked as one: they share one priority" if row.tasks > 1 else ""
     out.print(
         Text.assemble(

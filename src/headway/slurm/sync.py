@@ -1,8 +1,10 @@
 """One sync pass: read Slurm's queue and new history, predict, rank with the policy core, write SiteFactors.
 
-The pass is all-or-nothing on its inputs: if any read fails (slurmctld down, sacct failing), nothing is
-written, and values are never computed from an older pass's data. `SlurmSync.run_pass` never raises for
-Slurm trouble; the loop (`run_loop`) backs off and retries, so it survives a controller restart.
+The pass is all-or-nothing on slurmctld's inputs: if the queue, nodes or SiteFactors cannot be read,
+nothing is written, and values are never computed from an older pass's queue. Only the history may be
+older: with slurmdbd down, a pass ranks with the history held (read before, or from the store) and says
+so. `SlurmSync.run_pass` never raises for Slurm trouble; the loop (`run_loop`) backs off and retries, so
+it survives a controller restart.
 """
 
 from __future__ import annotations
@@ -101,6 +103,9 @@ class Plan:
     # Pending records Slurm names otherwise: job id -> that name (array `19` -> `19_[4-9]`, so a task id
     # finds its record; het component `8` -> `7+1`).
     arrays: dict[str, str] = field(default_factory=dict)
+    # Set when this plan ranks with history held from before because sacct failed (slurmdbd down): why,
+    # and how old that history is.
+    warning: str | None = None
 
     def resolve(self, job: str) -> str:
         """The name this plan knows a job by: `19` and `19_5` are `19_[4-9]` while task 5 is pending."""
@@ -147,6 +152,7 @@ class PassReport:
             "pending": p.pending if p else None,
             "running": p.running if p else None,
             "history_new": p.history_new if p else None,
+            "warning": p.warning if p else None,
             "jobs": [
                 {
                     "job_id": r.job_id,
@@ -229,6 +235,8 @@ class History:
     def __init__(self) -> None:
         self.jobs: dict[str, JobRecord] = {}
         self.next_since: dt.datetime | None = None
+        self.read_at: float | None = None  # wall time of the last sacct read that worked
+        self.store_newest: dt.datetime | None = None  # newest job end the store held when loaded
 
     def load_store(self, db: Path | None, source: str) -> None:
         from headway.schema import table_to_records
@@ -247,7 +255,18 @@ class History:
             self.jobs[r.job_id] = r
         ends = [r.end_time for r in self.jobs.values() if r.end_time is not None]
         if ends:
-            self.next_since = max(ends) - dt.timedelta(seconds=HISTORY_MARGIN_S)
+            self.store_newest = max(ends)
+            self.next_since = self.store_newest - dt.timedelta(seconds=HISTORY_MARGIN_S)
+
+    def held_since(self, now: float) -> str | None:
+        """How old the history held is, in words; None when none was ever read (nothing to rank with)."""
+        if self.read_at is not None:
+            return f"the history read from sacct {_ago(now - self.read_at)} ago"
+        if self.store_newest is not None:
+            return (
+                f"the store's history (its newest job ended {_ago(now - self.store_newest.timestamp())} ago)"
+            )
+        return None
 
     def fetch(self, runner: Runner, since: str, source: str, now: float) -> list[JobRecord]:
         """New or changed ended jobs from `sacct -a -X -P` since the last read; the reader is traces/sacct."""
@@ -293,7 +312,19 @@ class History:
                 self.jobs[r.job_id] = r
                 new.append(r)
         self.next_since = dt.datetime.fromtimestamp(now - HISTORY_MARGIN_S, dt.UTC)
+        self.read_at = now
         return new
+
+
+def _ago(seconds: float) -> str:
+    s = max(seconds, 0.0)
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    if s < 2 * 86400:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} days"
 
 
 def fail_streaks(history: Sequence[JobRecord]) -> dict[tuple[str | None, str | None], int]:
@@ -471,7 +502,18 @@ class SlurmSync:
         read_at = self.clock()
         jobs, queue_source = read_queue(self.runner)
         nodes = parse_sinfo(self.runner.run("sinfo", SINFO_ARGS).stdout)
-        new = self.history.fetch(self.runner, opts.since, opts.source, read_at)
+        warning = None
+        try:
+            new = self.history.fetch(self.runner, opts.since, opts.source, read_at)
+        except (SlurmMissing, SlurmDenied):
+            raise
+        except SlurmError as e:
+            # slurmdbd down: Slurm's queue still moves, so rank with the history held (new jobs would
+            # otherwise sit at SiteFactor 0); with none held yet there is nothing to rank with.
+            held = self.history.held_since(read_at)
+            if held is None:
+                raise
+            new, warning = [], f"{e}; ranking with {held}"
         if opts.apply:  # kept until stored, whatever fails later in this pass
             self._unstored.update((r.job_id, r) for r in new)
         current = read_site_factors(self.runner)
@@ -545,6 +587,7 @@ class SlurmSync:
             changes=changes,
             skipped_waiting=waiting,
             arrays={j.job_id: j.display_id for j in pending_all if j.display_id != j.job_id},
+            warning=warning,
         )
 
     def run_pass(self) -> PassReport:
