@@ -8,6 +8,7 @@ import os
 import stat
 import sys
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from typer.testing import CliRunner
@@ -160,8 +161,13 @@ def test_since_accepts_spans_and_dates() -> None:
     assert parse_since("2026-01-01", now) == dt.datetime(2026, 1, 1)
     with pytest.raises(BadInputError, match="--since"):
         parse_since("last tuesday", now)
-    argv = sacct_command(dt.datetime(2026, 1, 1, 8, 30))
+    argv = sacct_command(dt.datetime(2026, 1, 1, 8, 30, tzinfo=dt.UTC))
     assert argv[:4] == ["sacct", "-a", "-X", "-P"] and argv[-4:] == ["-S", "2026-01-01T08:30:00", "-E", "now"]
+
+
+def test_the_sacct_headway_runs_is_asked_from_a_utc_start() -> None:
+    chicago = dt.datetime(2026, 1, 1, 2, 30, tzinfo=ZoneInfo("America/Chicago"))
+    assert sacct_command(chicago)[-4:-2] == ["-S", "2026-01-01T08:30:00"]
 
 
 def test_from_slurm_without_sacct_on_path_is_a_clear_error(
@@ -321,3 +327,50 @@ def test_a_header_repeated_inside_a_sacct_log_is_a_bad_row_not_a_job(tmp_path: P
     assert [(b.line, b.reason) for b in res.bad_rows] == [
         (3, "a repeated header line (logs joined together?)")
     ]
+
+
+_EPOCH = 1_800_000_000  # 2027-01-15 08:00:00 UTC
+
+
+def test_ingest_from_slurm_refuses_tz_it_has_no_use_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _fake_sacct(tmp_path, f"cat '{EDGE}'\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    db = tmp_path / "jobs.duckdb"
+    res = CliRunner().invoke(app, ["ingest", "--from-slurm", "--tz", "America/Chicago", "--db", str(db)])
+    assert res.exit_code == 1 and "with --from-slurm headway runs sacct in UTC" in res.output, res.output
+    assert not db.exists()
+
+
+def test_from_slurm_times_are_sacct_own_whatever_the_zone_here_or_tz_for_the_files(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """sacct prints naive times in its TZ; headway runs it in UTC and reads UTC, while --tz still reads a
+    file given alongside (Chicago times here) and this process's own zone (Tokyo) plays no part."""
+    fields = "JobID|JobName|User|State|Submit|Start|End"
+    _fake_sacct(
+        tmp_path,
+        f't=$(date -d @{_EPOCH} +%Y-%m-%dT%H:%M:%S)\necho "{fields}"\necho "77|a|alice|COMPLETED|$t|$t|$t"\n',
+    )
+    chicago = dt.datetime.fromtimestamp(_EPOCH, ZoneInfo("America/Chicago")).strftime("%Y-%m-%dT%H:%M:%S")
+    (tmp_path / "chicago.txt").write_text(f"{fields}\n88|b|bob|COMPLETED|{chicago}|{chicago}|{chicago}\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    db = tmp_path / "jobs.duckdb"
+    args = [
+        "ingest",
+        str(tmp_path / "chicago.txt"),
+        "--from-slurm",
+        "--tz",
+        "America/Chicago",
+        "--db",
+        str(db),
+    ]
+    res = CliRunner().invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    from headway.store import JobStore
+
+    with JobStore(db, read_only=True) as store:
+        ends = {r.job_id: r.end_time for r in table_to_records(store.table())}
+    assert {j: t.timestamp() if t else None for j, t in ends.items()} == {"77": _EPOCH, "88": _EPOCH}

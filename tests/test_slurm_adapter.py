@@ -737,3 +737,22 @@ def test_why_with_slurmdbd_down_answers_from_the_stores_history_and_says_so(
     assert res.exit_code == 0, res.output
     assert "slurmdbd (accounting) is not answering" in res.output
     assert "ranking with the store's history (its newest job ended" in res.output
+
+
+def test_sync_reads_sacct_times_right_whatever_zone_sacct_would_print_in(
+    fake_slurm: Path, tmp_path: Path
+) -> None:
+    epoch = 1_800_000_000
+    fields = "JobID|JobName|User|State|Submit|Start|End|AllocTRES"
+    _script(
+        fake_slurm / "sacct",
+        f't=$(date -d @{epoch} +%Y-%m-%dT%H:%M:%S)\necho "{fields}"\n'
+        'echo "77|a|alice|COMPLETED|$t|$t|$t|gres/gpu=1"\n',
+    )
+    runner = Runner(
+        timeout_s=10, env={**os.environ, "PATH": f"{fake_slurm}:{os.environ['PATH']}", "TZ": "Asia/Tokyo"}
+    )
+    sync = SlurmSync(runner, SyncOptions(db=tmp_path / "j.duckdb", since="3000d"), RatePredictor)
+    assert sync.run_pass().ok
+    end = sync.history.jobs["77"].end_time
+    assert end is not None and end.timestamp() == epoch

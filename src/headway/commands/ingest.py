@@ -16,6 +16,7 @@ from headway.console import check_output_file, err, fail, out, print_json, print
 from headway.traces.base import BadInputError, ReadOptions, ReadResult
 from headway.traces.compressed import plain_file, relabel
 from headway.traces.registry import FORMATS, read, sniff
+from headway.traces.sacct import SACCT_TZ
 
 if TYPE_CHECKING:
     from headway.store import JobStore
@@ -100,7 +101,11 @@ def ingest(
         typer.Option(help="slurmdb: comma-separated tres ids that count as GPUs (default: ids >= 1001)."),
     ] = None,
     tz: Annotated[
-        str | None, typer.Option(help="Timezone of naive timestamps, e.g. America/Los_Angeles.")
+        str | None,
+        typer.Option(
+            help="Timezone of naive timestamps in the files, e.g. America/Los_Angeles (not for --from-slurm: "
+            "headway runs sacct in UTC)."
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary only.")] = False,
     show_bad: Annotated[int, typer.Option(help="How many bad rows to print per file.", min=0)] = 20,
@@ -110,6 +115,11 @@ def ingest(
         fail(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if mapping is not None and fmt not in ("csv", "auto"):
         fail(f"--mapping is for --format csv; --format {fmt} reads its own columns")
+    if tz is not None and from_slurm and not paths:
+        fail(
+            "--tz is for the times in files; with --from-slurm headway runs sacct in UTC and reads UTC, so "
+            "no zone is needed: drop --tz"
+        )
     if tz is not None:  # every format's times go through it, or none do (epoch times): check it here
         from headway.traces.tabular import check_tz
 
@@ -247,8 +257,10 @@ def _ingest_all(
         # One file that cannot be read stores nothing of its own; the others are still read and stored,
         # and the summary says which failed (the command then exits 1).
         error = None
+        # headway ran sacct with TZ=UTC: its times are UTC whatever --tz says about the files
+        read_opts = dataclasses.replace(opts, tz=SACCT_TZ) if kind == "slurm" else opts
         try:
-            res = _read_one(path, use_fmt, opts, quiet=as_json)
+            res = _read_one(path, use_fmt, read_opts, quiet=as_json)
         except BadInputError as e:
             error = str(e)
         except (OSError, UnicodeError) as e:

@@ -93,9 +93,19 @@ class Runner:
             )
         return exe
 
-    def run(self, cmd: str, args: Sequence[str], *, check: bool = True, stdin: str | None = None) -> Result:
-        """Run `cmd args...` (feeding `stdin`); with check, a non-zero exit raises the classified error."""
+    def run(
+        self,
+        cmd: str,
+        args: Sequence[str],
+        *,
+        check: bool = True,
+        stdin: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Result:
+        """Run `cmd args...` (feeding `stdin`, with `env` over the runner's environment); with check, a
+        non-zero exit raises the classified error."""
         argv = (self.which(cmd), *args)
+        run_env = {**(self.env if self.env is not None else os.environ), **env} if env else self.env
         conf = (self.env or os.environ).get("SLURM_CONF")
         if conf and not os.path.isfile(conf):  # Slurm itself retries for a minute before it says so
             raise SlurmMissing(f"SLURM_CONF={conf}: no such file; point it at this cluster's slurm.conf")
@@ -109,7 +119,7 @@ class Runner:
                 errors="replace",
                 timeout=self.timeout_s,
                 check=False,
-                env=dict(self.env) if self.env is not None else None,
+                env=dict(run_env) if run_env is not None else None,
             )
         except subprocess.TimeoutExpired as e:
             said = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")

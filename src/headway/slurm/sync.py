@@ -272,7 +272,7 @@ class History:
         """New or changed ended jobs from `sacct -a -X -P` since the last read; the reader is traces/sacct."""
         from headway.traces.base import BadInputError, ReadOptions
         from headway.traces.checks import tidy
-        from headway.traces.sacct import READER, parse_since, sacct_command
+        from headway.traces.sacct import READER, SACCT_ENV, SACCT_TZ, parse_since, sacct_command
 
         try:
             floor = parse_since(since).astimezone()
@@ -282,7 +282,7 @@ class History:
         start = floor if self.next_since is None else max(self.next_since.astimezone(), floor)
         argv = sacct_command(start, sacct="sacct")
         try:
-            res = runner.run("sacct", argv[1:])
+            res = runner.run("sacct", argv[1:], env=SACCT_ENV)
         except SlurmTimeout as e:
             days = max(math.ceil((now - start.timestamp()) / 86400 - 0.01), 1)
             raise SlurmTimeout(
@@ -299,7 +299,7 @@ class History:
                 from headway.schema import table_to_records
 
                 try:
-                    result = tidy(READER.read(path, ReadOptions(source=source)))
+                    result = tidy(READER.read(path, ReadOptions(source=source, tz=SACCT_TZ)))
                 except BadInputError as e:
                     raise SlurmError(f"sacct output: {e}") from e
                 records = table_to_records(result.table)

@@ -2,12 +2,15 @@
 (headway.traces.sacct_json), and running sacct itself.
 
 Columns are found by the header, in any order and any case; see docs/sacct.md for the fields to ask for.
-Naive times are in the machine's local time zone (where sacct ran) unless `--tz` says otherwise.
+Naive times are in the machine's local time zone (where sacct ran) unless `--tz` says otherwise; where
+headway runs sacct itself (`ingest --from-slurm`, `slurm sync`) it runs it with TZ=UTC and reads UTC, so
+no zone is guessed and no hour repeats.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 import shutil
 import subprocess
@@ -47,6 +50,10 @@ SACCT_FIELDS: tuple[str, ...] = (
 )
 
 TIME_FORMATS = ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S")
+
+# The environment headway runs sacct with: its times (printed, and -S) in UTC, read back as "UTC".
+SACCT_ENV = {"TZ": "UTC"}
+SACCT_TZ = "UTC"
 
 # sacct's long state names (first word of the State column) and squeue-style short codes.
 STATE_MAP: dict[str, State] = {
@@ -457,7 +464,8 @@ def parse_since(since: str, now: dt.datetime | None = None) -> dt.datetime:
 
 
 def sacct_command(start: dt.datetime, sacct: str = "sacct") -> list[str]:
-    """The argv `fetch_from_slurm` runs (all users, allocations only, parsable, requeued runs, our fields)."""
+    """The argv `fetch_from_slurm` runs (all users, allocations only, parsable, requeued runs, our fields);
+    `-S` is in UTC, for a sacct run with SACCT_ENV (a naive `start` is local time)."""
     return [
         sacct,
         "-a",
@@ -467,7 +475,7 @@ def sacct_command(start: dt.datetime, sacct: str = "sacct") -> list[str]:
         "-o",
         ",".join(SACCT_FIELDS),
         "-S",
-        start.strftime("%Y-%m-%dT%H:%M:%S"),
+        start.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S"),
         "-E",
         "now",
     ]
@@ -485,7 +493,9 @@ def fetch_from_slurm(since: str, timeout_s: float = 600.0) -> Path:
         )
     argv = sacct_command(start, exe)
     try:
-        proc = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(
+            argv, capture_output=True, timeout=timeout_s, check=False, env={**os.environ, **SACCT_ENV}
+        )
     except subprocess.TimeoutExpired:
         raise BadInputError(f"sacct did not answer within {timeout_s:.0f} s; try a shorter --since") from None
     except OSError as e:
