@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -374,3 +375,66 @@ def test_from_slurm_times_are_sacct_own_whatever_the_zone_here_or_tz_for_the_fil
     with JobStore(db, read_only=True) as store:
         ends = {r.job_id: r.end_time for r in table_to_records(store.table())}
     assert {j: t.timestamp() if t else None for j, t in ends.items()} == {"77": _EPOCH, "88": _EPOCH}
+
+
+def _with_names(shared_traces: Path, tmp_path: Path, names: dict[str, str], header_extra: str = "") -> Path:
+    """The real 22.05 sacct -P output with some jobs renamed (by id) as sacct prints such names: as is."""
+    lines = _real(shared_traces).read_text().splitlines()
+    out = [lines[0] + header_extra]
+    for ln in lines[1:]:
+        f = ln.split("|")
+        if f[0] in names:
+            f[1] = names[f[0]]
+        out.append("|".join(f) + ("|note" if header_extra else ""))
+    path = tmp_path / "sacct.txt"
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+@pytest.mark.shared
+def test_a_job_name_holding_the_separator_is_read_whole_not_dropped(
+    shared_traces: Path, tmp_path: Path
+) -> None:
+    plain = {
+        r.job_id: r for r in table_to_records(READER.read(_real(shared_traces), ReadOptions(tz="UTC")).table)
+    }
+    path = _with_names(shared_traces, tmp_path, {"1": "x|y", "2": "a|b|c"})
+    res = READER.read(path, ReadOptions(tz="UTC"))
+    jobs = {r.job_id: r for r in table_to_records(res.table)}
+    assert res.bad_row_count == 0 and len(jobs) == len(plain) == 23
+    assert (jobs["1"].name, jobs["2"].name) == ("x|y", "a|b|c")
+    renamed = {"1": "x|y", "2": "a|b|c"}
+    assert jobs == {j: dataclasses.replace(r, name=renamed.get(j, r.name)) for j, r in plain.items()}
+    assert any("2 rows had '|' in JobName" in n for n in res.notes)
+
+
+@pytest.mark.shared
+def test_a_surplus_field_is_still_a_bad_row_when_two_columns_could_hold_it(
+    shared_traces: Path, tmp_path: Path
+) -> None:
+    path = _with_names(shared_traces, tmp_path, {"1": "x|y"}, header_extra="|Comment")
+    res = READER.read(path, ReadOptions(tz="UTC"))
+    assert res.bad_row_count == 1 and "expected 19 fields, found 20" in str(res.bad_rows[0])
+
+
+def test_bad_rows_of_from_slurm_name_the_sacct_window_not_a_temp_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _fake_sacct(tmp_path, f"cat '{EDGE}'\necho '99|short'\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    res = CliRunner().invoke(
+        app,
+        [
+            "ingest",
+            "--from-slurm",
+            "--since",
+            "2026-01-01T06:00:00+00:00",
+            "--db",
+            str(tmp_path / "j.duckdb"),
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    (f,) = json.loads(res.stdout)["files"]
+    assert f["bad_row_examples"][-1].startswith("sacct -S 2026-01-01T06:00:00 (UTC):")
+    assert not any("headway-sacct-" in b for b in f["bad_row_examples"])

@@ -756,3 +756,15 @@ def test_sync_reads_sacct_times_right_whatever_zone_sacct_would_print_in(
     assert sync.run_pass().ok
     end = sync.history.jobs["77"].end_time
     assert end is not None and end.timestamp() == epoch
+
+
+def test_a_job_named_with_the_separator_stays_in_the_history(
+    fake_slurm: Path, tmp_path: Path, shared_traces: Path
+) -> None:
+    """`-J 'x|y'` must not dodge the repeat-failure hold by vanishing from sacct -P history."""
+    sample = shared_traces / SLURM / "sacct_allocations.txt"
+    _script(fake_slurm / "sacct", f"sed '2s/|pretrain-llm|/|x|y|/' \"{sample}\" | head -n 11\n")
+    sync = SlurmSync(_runner(fake_slurm), SyncOptions(db=tmp_path / "j.duckdb"), RatePredictor)
+    report = sync.run_pass()
+    assert report.ok and report.plan is not None and report.plan.history_new == 10
+    assert sync.history.jobs["1"].name == "x|y"

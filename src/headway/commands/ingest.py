@@ -135,13 +135,14 @@ def ingest(
     opts = ReadOptions(
         strict=strict, source=source, mapping=mapping, gpu_tres_ids=_parse_tres_ids(gpu_tres_ids), tz=tz
     )
-    inputs: list[tuple[str, Path]] = [("file", p) for p in (paths or [])]
+    # (kind, file to read, what to call it in bad rows and errors: the file, or the sacct run behind it)
+    inputs: list[tuple[str, Path, str]] = [("file", p, str(p)) for p in (paths or [])]
     fmt_for_slurm = "sacct" if fmt == "auto" else fmt
     if from_slurm:
         from headway.traces.sacct import fetch_from_slurm
 
         try:
-            inputs.append(("slurm", fetch_from_slurm(since)))
+            inputs.append(("slurm", *fetch_from_slurm(since)))
         except BadInputError as e:
             fail(str(e))
     if not inputs:
@@ -159,7 +160,7 @@ def ingest(
             summary = _ingest_all(store, inputs, fmt, fmt_for_slurm, opts, as_json, show_bad)
             total = store.count()
     finally:
-        for kind, path in inputs:
+        for kind, path, _ in inputs:
             if kind == "slurm":
                 path.unlink(missing_ok=True)
         if new_store and _empty_store(target):  # no empty store left to read as "nothing to audit"
@@ -243,7 +244,7 @@ def export(
 
 def _ingest_all(
     store: JobStore,
-    inputs: list[tuple[str, Path]],
+    inputs: list[tuple[str, Path, str]],
     fmt: str,
     fmt_for_slurm: str,
     opts: ReadOptions,
@@ -251,7 +252,7 @@ def _ingest_all(
     show_bad: int,
 ) -> list[dict[str, object]]:
     summary: list[dict[str, object]] = []
-    for kind, path in inputs:
+    for kind, path, where in inputs:
         use_fmt = fmt_for_slurm if kind == "slurm" else fmt
         label = "sacct (from Slurm)" if kind == "slurm" else str(path)
         # One file that cannot be read stores nothing of its own; the others are still read and stored,
@@ -260,11 +261,11 @@ def _ingest_all(
         # headway ran sacct with TZ=UTC: its times are UTC whatever --tz says about the files
         read_opts = dataclasses.replace(opts, tz=SACCT_TZ) if kind == "slurm" else opts
         try:
-            res = _read_one(path, use_fmt, read_opts, quiet=as_json)
+            res = relabel(_read_one(path, use_fmt, read_opts, quiet=as_json), path, where, note=None)
         except BadInputError as e:
-            error = str(e)
+            error = str(e).replace(str(path), where)  # not the temp file sacct's output went to
         except (OSError, UnicodeError) as e:
-            error = f"{path}: cannot read: {e}"
+            error = f"{where}: cannot read: {e}"
         if error is not None:
             if opts.strict or len(inputs) == 1:
                 fail(error)
@@ -298,5 +299,5 @@ def _ingest_all(
             }
         )
         if not as_json:
-            print_skipped(str(path), [str(b) for b in res.bad_rows[:show_bad]], res.bad_row_count)
+            print_skipped(where, [str(b) for b in res.bad_rows[:show_bad]], res.bad_row_count)
     return summary

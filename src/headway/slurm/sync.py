@@ -272,7 +272,7 @@ class History:
         """New or changed ended jobs from `sacct -a -X -P` since the last read; the reader is traces/sacct."""
         from headway.traces.base import BadInputError, ReadOptions
         from headway.traces.checks import tidy
-        from headway.traces.sacct import READER, SACCT_ENV, SACCT_TZ, parse_since, sacct_command
+        from headway.traces.sacct import READER, SACCT_ENV, SACCT_TZ, parse_since, sacct_command, sacct_label
 
         try:
             floor = parse_since(since).astimezone()
@@ -300,8 +300,9 @@ class History:
 
                 try:
                     result = tidy(READER.read(path, ReadOptions(source=source, tz=SACCT_TZ)))
-                except BadInputError as e:
-                    raise SlurmError(f"sacct output: {e}") from e
+                except BadInputError as e:  # named by its window, not the temp file it went to
+                    said = str(e).replace(str(path), sacct_label(start))
+                    raise SlurmError(f"sacct output: {said}") from e
                 records = table_to_records(result.table)
         new = []
         for r in records:

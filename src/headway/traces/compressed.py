@@ -49,12 +49,16 @@ def plain_file(path: Path) -> Iterator[Path]:
             raise BadInputError(str(e).replace(str(plain), str(path))) from None
 
 
-def relabel(res: ReadResult, plain: Path, path: Path) -> ReadResult:
-    """The result with the temporary file's name replaced by the original's in bad rows and notes."""
-    if plain == path:
-        return res
+def relabel(
+    res: ReadResult, plain: Path, path: Path | str, note: str | None = "decompressed from gzip"
+) -> ReadResult:
+    """The result with the temporary file's name replaced by the original's (or by what produced it) in
+    bad rows and notes."""
     old, new = str(plain), str(path)
+    if old == new:
+        return res
     res.bad_rows = [dataclasses.replace(b, file=new) if b.file == old else b for b in res.bad_rows]
     res.notes = [n.replace(old, new) for n in res.notes]
-    res.notes.append("decompressed from gzip")
+    if note:
+        res.notes.append(note)
     return res

@@ -51,6 +51,25 @@ SACCT_FIELDS: tuple[str, ...] = (
 
 TIME_FORMATS = ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S")
 
+# sacct fields whose text a user (or an admin) writes freely, so that it may hold "|" (lower case).
+_FREE_TEXT = frozenset(
+    (
+        "jobname",
+        "comment",
+        "admincomment",
+        "systemcomment",
+        "workdir",
+        "submitline",
+        "reason",
+        "constraints",
+        "wckey",
+        "extra",
+        "container",
+        "mcslabel",
+        "licenses",
+    )
+)
+
 # The environment headway runs sacct with: its times (printed, and -S) in UTC, read back as "UTC".
 SACCT_ENV = {"TZ": "UTC"}
 SACCT_TZ = "UTC"
@@ -178,7 +197,17 @@ class SacctReader:
         if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
             return read_sacct_json(path, options, STATE_MAP, self.name)
         tz = tb.check_tz(options.tz) if options.tz else tb.local_tz_name()
-        raw = tb.read_delimited(path, "|", quoting=False, progress=options.progress)
+        # sacct -P does not escape "|": a job name `x|y` (a user's choice) adds a field. With JobName the
+        # only free-text column asked for, such a row is rebuilt rather than dropped (dropping it hid the
+        # job from history, and from the repeat-failure hold).
+        free = [f for f in tb.head_fields(head, "|") if f in _FREE_TEXT]
+        raw = tb.read_delimited(
+            path,
+            "|",
+            quoting=False,
+            progress=options.progress,
+            free_text="JobName" if free == ["jobname"] else None,
+        )
         job_id_raw = raw.get("JobID", "JobIDRaw")
         state_raw = raw.get("State")
         if job_id_raw is None or state_raw is None:
@@ -481,8 +510,14 @@ def sacct_command(start: dt.datetime, sacct: str = "sacct") -> list[str]:
     ]
 
 
-def fetch_from_slurm(since: str, timeout_s: float = 600.0) -> Path:
-    """Run sacct on this machine and save its output to a temporary file (for `ingest --from-slurm`)."""
+def sacct_label(start: dt.datetime) -> str:
+    """How bad rows and errors name a sacct run headway made: its window, not the temp file it went to."""
+    return f"sacct -S {start.astimezone(dt.UTC):%Y-%m-%dT%H:%M:%S} (UTC)"
+
+
+def fetch_from_slurm(since: str, timeout_s: float = 600.0) -> tuple[Path, str]:
+    """Run sacct on this machine and save its output to a temporary file (for `ingest --from-slurm`);
+    returns the file and the name to show for it (`sacct_label`)."""
     start = parse_since(since)
     exe = shutil.which("sacct")
     if exe is None:
@@ -511,4 +546,4 @@ def fetch_from_slurm(since: str, timeout_s: float = 600.0) -> Path:
         raise BadInputError("sacct printed nothing (is accounting storage enabled on this cluster?)")
     with tempfile.NamedTemporaryFile(prefix="headway-sacct-", suffix=".txt", delete=False) as fh:
         fh.write(proc.stdout)
-    return Path(fh.name)
+    return Path(fh.name), sacct_label(start)
