@@ -768,3 +768,17 @@ def test_a_job_named_with_the_separator_stays_in_the_history(
     report = sync.run_pass()
     assert report.ok and report.plan is not None and report.plan.history_new == 10
     assert sync.history.jobs["1"].name == "x|y"
+
+
+def test_an_interval_under_a_second_is_refused_before_any_pass() -> None:
+    from typer.testing import CliRunner
+
+    from headway.cli import app
+    from headway.commands.slurm import parse_interval
+
+    assert parse_interval("1s") == 1.0 and parse_interval("1500ms") == 1.5 and parse_interval("2m") == 120.0
+    for text in ("0.0001ms", "500ms", "0.5", "0s"):
+        with pytest.raises(ValueError, match="at least 1 s"):
+            parse_interval(text)
+    res = CliRunner().invoke(app, ["slurm", "sync", "--interval", "0.0001ms"])
+    assert res.exit_code == 1 and "--interval '0.0001ms': at least 1 s" in res.output, res.output

@@ -33,16 +33,20 @@ DbOpt = Annotated[
 ]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+MIN_INTERVAL_S = 1.0  # each pass asks slurmctld (squeue, sinfo, sprio) and slurmdbd (sacct)
 
 
 def parse_interval(text: str) -> float:
-    """`30s`, `2m`, `1h`, `500ms` or plain seconds, as seconds."""
+    """`30s`, `2m`, `1h`, `1500ms` or plain seconds, as seconds; under a second would hammer Slurm."""
     m = _DURATION.match(text)
     if not m:
         raise ValueError(f"--interval {text!r}: expected e.g. 30s, 2m, 1h")
     value = float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}[m.group(2)]
-    if value <= 0:
-        raise ValueError(f"--interval {text!r}: must be above zero")
+    if value < MIN_INTERVAL_S:
+        raise ValueError(
+            f"--interval {text!r}: at least {MIN_INTERVAL_S:g} s; every pass queries slurmctld and slurmdbd, "
+            "so a shorter pause only loads them (30s is the default)"
+        )
     return value
 
 
