@@ -782,3 +782,32 @@ def test_an_interval_under_a_second_is_refused_before_any_pass() -> None:
             parse_interval(text)
     res = CliRunner().invoke(app, ["slurm", "sync", "--interval", "0.0001ms"])
     assert res.exit_code == 1 and "--interval '0.0001ms': at least 1 s" in res.output, res.output
+
+
+def test_pass_errors_and_summary_lines_stay_one_line_each_on_a_narrow_console(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import io
+
+    from rich.console import Console
+
+    from headway.commands import slurm as cmd
+
+    buf = io.StringIO()
+    narrow = Console(file=buf, width=40, highlight=False)
+    for where in ("headway.commands.slurm.out", "headway.commands.slurm.err", "headway.console.out"):
+        monkeypatch.setattr(where, narrow)
+    error = (
+        "sacct: slurmdbd (accounting) is not answering: sacct: error: slurm_persist_conn_open_without_init: "
+        "failed to open persistent connection to host:localhost:6819: Connection refused"
+    )
+    cmd._print_report(PassReport(seq=3, at=0.0, ok=False, dry_run=True, error=error), False, False)
+    assert buf.getvalue() == f"pass 3: {error}; nothing written\n"
+    plan = Plan(0.0, "squeue --json", 40, 0, 0, 0, [], [str(i) for i in range(100, 140)], [])
+    buf.truncate(0)
+    buf.seek(0)
+    cmd._print_report(PassReport(seq=4, at=0.0, ok=True, dry_run=False, plan=plan, error=error), False, False)
+    lines = buf.getvalue().splitlines()
+    assert lines[-3] == "left alone (no GPUs requested): " + ", ".join(str(i) for i in range(100, 140))
+    assert lines[-2] == "0 to change, 0 unchanged; written 0, failed 0"
+    assert lines[-1] == f"pass 4: {error}"

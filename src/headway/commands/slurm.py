@@ -51,11 +51,14 @@ def parse_interval(text: str) -> float:
 
 
 def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool = False) -> None:
+    """A pass as a table; every other line soft-wrapped (one line each, whole in a log or through grep)."""
     if as_json:
         print_json(report.to_json(), one_line=stream)  # the loop writes one object a line
         return
     if not report.ok and report.plan is None:
-        err.print(f"[yellow]pass {report.seq}:[/] {escape(report.error or '')}; nothing written")
+        err.print(
+            f"[yellow]pass {report.seq}:[/] {escape(report.error or '')}; nothing written", soft_wrap=True
+        )
         return
     plan = report.plan
     assert plan is not None
@@ -95,26 +98,30 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool
         )
     print_table(t)
     if plan.skipped_cpu_only:
-        out.print(f"left alone (no GPUs requested): {escape(', '.join(plan.skipped_cpu_only))}")
+        out.print(
+            f"left alone (no GPUs requested): {escape(', '.join(plan.skipped_cpu_only))}", soft_wrap=True
+        )
     if plan.skipped_waiting:
         waiting = escape(", ".join(f"{j} ({why})" for j, why in plan.skipped_waiting.items()))
         out.print(
             "left alone (cannot start whatever their priority; a SiteFactor from before goes to the "
-            f"range's low end): {waiting}"
+            f"range's low end): {waiting}",
+            soft_wrap=True,
         )
     distinct = len({r.target for r in plan.rows})
     if distinct < len(plan.rows):
         out.print(
             f"[yellow]note:[/] {len(plan.rows):,} jobs ranked onto {distinct:,} SiteFactor values: "
-            "neighbours share one, so Slurm may start them in either order (widen --range)"
+            "neighbours share one, so Slurm may start them in either order (widen --range)",
+            soft_wrap=True,
         )
     summary = f"{len(plan.changes)} to change, {plan.unchanged} unchanged"
     if report.dry_run:
-        out.print(f"{summary}; dry run: nothing written (add --apply to write SiteFactors)")
+        out.print(f"{summary}; dry run: nothing written (add --apply to write SiteFactors)", soft_wrap=True)
     else:
-        out.print(f"{summary}; written {len(report.applied)}, failed {len(report.failed)}")
+        out.print(f"{summary}; written {len(report.applied)}, failed {len(report.failed)}", soft_wrap=True)
     if report.error:
-        err.print(f"[yellow]pass {report.seq}:[/] {escape(report.error)}")
+        err.print(f"[yellow]pass {report.seq}:[/] {escape(report.error)}", soft_wrap=True)
 
 
 @app.command("sync")
@@ -178,7 +185,8 @@ def sync(
         err.print(
             f"[yellow]note:[/] --range {factor_range}: Slurm floors a job's priority at 1, so jobs whose "
             f"other factors add up to less than {-rng.lo:,} end up tied at 1 and lose headway's order; "
-            "a range from 0 keeps it"
+            "a range from 0 keeps it",
+            soft_wrap=True,
         )
     opts = SyncOptions(rng=rng, apply=apply, db=db, source=source, since=since, policy=policy)
     runner = Runner()
@@ -197,7 +205,10 @@ def sync(
                 raise typer.Exit(1)
             return
         if not as_json:
-            err.print(f"syncing every {every:g} s ({'writing' if apply else 'dry run'}); Ctrl-C to stop")
+            err.print(
+                f"syncing every {every:g} s ({'writing' if apply else 'dry run'}); Ctrl-C to stop",
+                soft_wrap=True,
+            )
         stop = threading.Event()  # SIGTERM (a service manager stopping us) ends the loop between passes
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         run_loop(
@@ -326,7 +337,8 @@ def why(
         print_table(t)
         out.print(
             "slurm: sprio has no line for this job"
-            + (f" ({escape(res.stderr.strip())})" if res.stderr.strip() else "")
+            + (f" ({escape(res.stderr.strip())})" if res.stderr.strip() else ""),
+            soft_wrap=True,
         )
         return
     s = Table(title=f"slurm (sprio): priority {sprio.priority}", show_header=False)
