@@ -811,3 +811,24 @@ def test_pass_errors_and_summary_lines_stay_one_line_each_on_a_narrow_console(
     assert lines[-3] == "left alone (no GPUs requested): " + ", ".join(str(i) for i in range(100, 140))
     assert lines[-2] == "0 to change, 0 unchanged; written 0, failed 0"
     assert lines[-1] == f"pass 4: {error}"
+
+
+def test_slow_training_does_not_make_the_queue_stale_it_runs_before_the_queue_is_read(
+    fake_slurm: Path, tmp_path: Path
+) -> None:
+    t = [1_800_000_000.0]
+
+    class SlowTrainer(RatePredictor):
+        def maybe_retrain(self, now: float) -> bool:
+            t[0] += 120.0  # a long history: training takes two minutes
+            return True
+
+    sync = SlurmSync(
+        _runner(fake_slurm),
+        SyncOptions(apply=True, db=tmp_path / "j.duckdb"),
+        SlowTrainer,
+        clock=lambda: t[0],
+    )
+    report = sync.run_pass()
+    assert report.ok and report.error is None and report.applied
+    assert report.plan is not None and report.plan.read_at == t[0]  # the queue was read after training

@@ -500,26 +500,29 @@ class SlurmSync:
         if not self._store_loaded:
             self.history.load_store(opts.db, opts.source)
             self._store_loaded = True
-        read_at = self.clock()
-        jobs, queue_source = read_queue(self.runner)
-        nodes = parse_sinfo(self.runner.run("sinfo", SINFO_ARGS).stdout)
+        # History and training first: training on a long history takes seconds to a minute, and the
+        # queue read after it is what the staleness check at write time measures.
+        history_at = self.clock()
         warning = None
         try:
-            new = self.history.fetch(self.runner, opts.since, opts.source, read_at)
+            new = self.history.fetch(self.runner, opts.since, opts.source, history_at)
         except (SlurmMissing, SlurmDenied):
             raise
         except SlurmError as e:
             # slurmdbd down: Slurm's queue still moves, so rank with the history held (new jobs would
             # otherwise sit at SiteFactor 0); with none held yet there is nothing to rank with.
-            held = self.history.held_since(read_at)
+            held = self.history.held_since(history_at)
             if held is None:
                 raise
             new, warning = [], f"{e}; ranking with {held}"
         if opts.apply:  # kept until stored, whatever fails later in this pass
             self._unstored.update((r.job_id, r) for r in new)
+        self._feed(history_at)
+        read_at = self.clock()
+        jobs, queue_source = read_queue(self.runner)
+        nodes = parse_sinfo(self.runner.run("sinfo", SINFO_ARGS).stdout)
         current = read_site_factors(self.runner)
         now = self.clock()
-        self._feed(now)
         if opts.apply:
             self._store_new(list(self._unstored.values()))  # raises (the pass fails) and keeps them
             self._unstored.clear()
