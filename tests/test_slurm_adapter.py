@@ -101,7 +101,7 @@ def test_squeue_json_of_slurm_23_reads_wrapped_numbers_and_state_flags() -> None
 
 
 def test_sprio_long_gives_priority_and_each_factor(shared_traces: Path) -> None:
-    rows = parse_sprio_long((shared_traces / SLURM / "sprio_long.txt").read_text())
+    rows = {s.job_id: s for s in parse_sprio_long((shared_traces / SLURM / "sprio_long.txt").read_text())}
     assert len(rows) == 19
     r = rows["23"]
     assert r.user == "dave" and r.priority == 10000
@@ -490,7 +490,7 @@ def test_garbage_from_squeue_fails_the_pass_with_a_reason_and_the_loop_goes_on(
 
 
 def test_sprio_without_a_line_for_the_job_is_no_line_not_a_parse_error() -> None:
-    assert parse_sprio_long("Unable to find jobs matching user/id(s) specified\n") == {}
+    assert parse_sprio_long("Unable to find jobs matching user/id(s) specified\n") == []
 
 
 def test_an_error_reported_by_squeue_json_is_not_read_as_an_empty_queue() -> None:
@@ -832,3 +832,42 @@ def test_slow_training_does_not_make_the_queue_stale_it_runs_before_the_queue_is
     report = sync.run_pass()
     assert report.ok and report.error is None and report.applied
     assert report.plan is not None and report.plan.read_at == t[0]  # the queue was read after training
+
+
+def test_why_shows_every_partitions_sprio_line_of_a_job_pending_in_two(
+    fake_slurm: Path, tmp_path: Path, shared_traces: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from headway.cli import app
+
+    lines = (shared_traces / SLURM / "sprio_long.txt").read_text().splitlines()
+    five = next(ln for ln in lines[1:] if ln.split()[0] == "5")
+    debug = five.replace(" gpu ", " debug", 1).replace("10000", " 2000", 2)  # as `-p gpu,debug` shows it
+    (tmp_path / "sprio5.txt").write_text("\n".join([lines[0], five, debug]) + "\n")
+    sprio = (
+        (fake_slurm / "sprio")
+        .read_text()
+        .replace(str(shared_traces / SLURM / "sprio_long.txt"), str(tmp_path / "sprio5.txt"))
+    )
+    (fake_slurm / "sprio").write_text(sprio)
+    monkeypatch.setenv("PATH", f"{fake_slurm}:{os.environ['PATH']}")
+    monkeypatch.setattr("headway.slurm.sync.default_predictor", RatePredictor)
+    db = str(tmp_path / "x.duckdb")
+    res = CliRunner().invoke(app, ["slurm", "why", "5", "--json", "--db", db])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    parts = [(p["partition"], p["priority"]) for p in doc["slurm_partitions"]]
+    assert parts == [("gpu", 10000), ("debug", 2000)] and doc["slurm"]["priority"] == 10000
+    text = CliRunner().invoke(app, ["slurm", "why", "5", "--db", db])
+    assert text.exit_code == 0 and text.stdout.count("(sprio,") == 2, text.stdout  # one table a partition
+    assert "debug" in text.stdout and "2000" in text.stdout
+
+
+def test_why_refuses_an_empty_job_id() -> None:
+    from typer.testing import CliRunner
+
+    from headway.cli import app
+
+    res = CliRunner().invoke(app, ["slurm", "why", ""])
+    assert res.exit_code == 1 and "give a job id" in res.output and "`sacct -j `" not in res.output

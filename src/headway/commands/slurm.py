@@ -17,6 +17,7 @@ from rich.text import Text
 from headway.console import err, fail, out, print_json, print_table
 
 if TYPE_CHECKING:
+    from headway.slurm.queue import SprioLine
     from headway.slurm.sync import PassReport
 
 app = typer.Typer(
@@ -250,6 +251,8 @@ def why(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """Headway's factors for one pending job next to Slurm's own `sprio -l` line for it (writes nothing)."""
+    if not job_id.strip():
+        fail("give a job id (e.g. 12345, or 19_5 for an array task)")
     from headway.policy import live_policy_error
     from headway.slurm.queue import ParseError, parse_sprio_long
     from headway.slurm.runner import Runner, SlurmError
@@ -293,11 +296,12 @@ def why(
         fail(f"job {job_id} is {state}: headway ranks only pending jobs")
     try:
         res = runner.run("sprio", ["-l", "-j", row.job_id], check=False)
-        sprio = parse_sprio_long(res.stdout).get(row.job_id) if res.returncode == 0 else None
+        out_ok = res.returncode == 0
+        sprio = [s for s in parse_sprio_long(res.stdout) if s.job_id == row.job_id] if out_ok else []
+    except ParseError:  # (a SlurmError too: caught first) shown as "sprio has no line", with what it said
+        sprio = []
     except SlurmError as e:
         fail(str(e))
-    except ParseError:
-        sprio = None  # shown as "sprio has no line for this job", with what sprio said
     data = {
         "job_id": row.job_id,
         "slurm_id": row.display_id,
@@ -312,7 +316,9 @@ def why(
             "site_factor_planned": row.target,
             "site_factor_now": row.current,
         },
-        "slurm": None if sprio is None else {"priority": sprio.priority, "factors": sprio.factors},
+        # the first partition's line, and every partition's (a job pending in several has one each)
+        "slurm": _sprio_json(sprio[0]) if sprio else None,
+        "slurm_partitions": [_sprio_json(s) for s in sprio],
         "warning": plan.warning,
     }
     if as_json:
@@ -333,7 +339,7 @@ def why(
     for k, v in row.factors.items():
         t.add_row(Text(k), f"{v:.4g}")
     t.add_row("SiteFactor", f"{'?' if row.current is None else row.current} now, {row.target} planned")
-    if sprio is None:
+    if not sprio:
         print_table(t)
         out.print(
             "slurm: sprio has no line for this job"
@@ -341,10 +347,18 @@ def why(
             soft_wrap=True,
         )
         return
-    s = Table(title=f"slurm (sprio): priority {sprio.priority}", show_header=False)
-    for k, v in sprio.factors.items():
-        s.add_row(Text(k), f"{v:g}")
-    out.print(Columns([t, s]))
+    tables = [t]
+    for line in sprio:
+        where = f", partition {line.partition}" if len(sprio) > 1 and line.partition else ""
+        s = Table(title=Text(f"slurm (sprio{where}): priority {line.priority}"), show_header=False)
+        for k, v in line.factors.items():
+            s.add_row(Text(k), f"{v:g}")
+        tables.append(s)
+    out.print(Columns(tables))
+
+
+def _sprio_json(line: SprioLine) -> dict[str, object]:
+    return {"partition": line.partition, "priority": line.priority, "factors": line.factors}
 
 
 def _check_since(since: str) -> None:

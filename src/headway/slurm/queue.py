@@ -82,6 +82,7 @@ class SprioLine:
     user: str | None
     priority: int
     factors: dict[str, float]  # column name (lower case) -> value, e.g. site, age, fairshare, partition
+    partition: str | None = None  # a job pending in several partitions has one line (one priority) each
 
 
 _GRES_TOTAL = re.compile(r"(?:^|,)gres/gpu=(\d+(?:\.\d+)?)")
@@ -438,15 +439,16 @@ def parse_sinfo(text: str) -> list[NodeGpus]:
     return list(nodes.values())
 
 
-def parse_sprio_long(text: str) -> dict[str, SprioLine]:
-    """`sprio -l` rows keyed by job id; columns by the header line (whatever factors this site has)."""
+def parse_sprio_long(text: str) -> list[SprioLine]:
+    """`sprio -l` rows in order, every partition's line of a job kept (`-p gpu,debug` gives two); columns
+    by the header line (whatever factors this site has)."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines or lines[0].startswith("Unable to find jobs"):
-        return {}  # sprio's answer (exit 0) for jobs it does not weigh: held, waiting on a dependency
+        return []  # sprio's answer (exit 0) for jobs it does not weigh: held, waiting on a dependency
     header = lines[0].split()
     if not header or header[0] != "JOBID" or "PRIORITY" not in header:
         raise ParseError("sprio -l: no JOBID ... PRIORITY header line")
-    out: dict[str, SprioLine] = {}
+    out: list[SprioLine] = []
     for lineno, line in enumerate(lines[1:], start=2):
         cells = line.split()
         if len(cells) < header.index("PRIORITY") + 1:
@@ -471,7 +473,7 @@ def parse_sprio_long(text: str) -> dict[str, SprioLine]:
             raise ParseError(
                 f"sprio -l: line {lineno}: PRIORITY {row['PRIORITY']!r} is not a number"
             ) from None
-        out[row["JOBID"]] = SprioLine(row["JOBID"], row.get("USER"), prio, factors)
+        out.append(SprioLine(row["JOBID"], row.get("USER"), prio, factors, part[0] if part else None))
     return out
 
 
