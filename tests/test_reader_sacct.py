@@ -438,3 +438,12 @@ def test_bad_rows_of_from_slurm_name_the_sacct_window_not_a_temp_file(
     (f,) = json.loads(res.stdout)["files"]
     assert f["bad_row_examples"][-1].startswith("sacct -S 2026-01-01T06:00:00 (UTC):")
     assert not any("headway-sacct-" in b for b in f["bad_row_examples"])
+
+
+def test_ingest_refuses_options_that_would_be_silently_ignored_or_misread(tmp_path: Path) -> None:
+    db = tmp_path / "j.duckdb"
+    since = CliRunner().invoke(app, ["ingest", str(EDGE), "--since", "7d", "--db", str(db)])
+    assert since.exit_code == 1 and "--since is for --from-slurm" in since.output, since.output
+    philly = CliRunner().invoke(app, ["ingest", "--from-slurm", "--format", "philly", "--db", str(db)])
+    assert philly.exit_code == 1 and "--format philly is for files" in philly.output, philly.output
+    assert "headway-sacct-" not in philly.output and not db.exists()

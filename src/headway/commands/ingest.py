@@ -94,8 +94,9 @@ def ingest(
         bool, typer.Option("--from-slurm", help="Run `sacct` on this machine and ingest its output.")
     ] = False,
     since: Annotated[
-        str, typer.Option(help="With --from-slurm: how far back, e.g. 30d, 12h, 2026-01-01.")
-    ] = "30d",
+        str | None,
+        typer.Option(help="With --from-slurm: how far back, e.g. 30d, 12h, 2026-01-01 (default 30d)."),
+    ] = None,
     gpu_tres_ids: Annotated[
         str | None,
         typer.Option(help="slurmdb: comma-separated tres ids that count as GPUs (default: ids >= 1001)."),
@@ -115,6 +116,13 @@ def ingest(
         fail(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if mapping is not None and fmt not in ("csv", "auto"):
         fail(f"--mapping is for --format csv; --format {fmt} reads its own columns")
+    if since is not None and not from_slurm:
+        fail("--since is for --from-slurm (how far back sacct reads); a file is ingested whole")
+    if from_slurm and fmt not in ("auto", "sacct") and not paths:
+        fail(
+            f"--from-slurm reads sacct's own output; --format {fmt} is for files: drop it, or ingest "
+            "those files in a run of their own"
+        )
     if tz is not None and from_slurm and not paths:
         fail(
             "--tz is for the times in files; with --from-slurm headway runs sacct in UTC and reads UTC, so "
@@ -137,12 +145,12 @@ def ingest(
     )
     # (kind, file to read, what to call it in bad rows and errors: the file, or the sacct run behind it)
     inputs: list[tuple[str, Path, str]] = [("file", p, str(p)) for p in (paths or [])]
-    fmt_for_slurm = "sacct" if fmt == "auto" else fmt
+    fmt_for_slurm = "sacct"  # whatever --format says about the files given with it
     if from_slurm:
         from headway.traces.sacct import fetch_from_slurm
 
         try:
-            inputs.append(("slurm", *fetch_from_slurm(since)))
+            inputs.append(("slurm", *fetch_from_slurm(since or "30d")))
         except BadInputError as e:
             fail(str(e))
     if not inputs:
