@@ -871,3 +871,28 @@ def test_why_refuses_an_empty_job_id() -> None:
 
     res = CliRunner().invoke(app, ["slurm", "why", ""])
     assert res.exit_code == 1 and "give a job id" in res.output and "`sacct -j `" not in res.output
+
+
+def test_a_bad_db_or_a_since_in_the_future_fails_once_at_startup_not_every_pass(
+    fake_slurm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from headway.cli import app
+
+    monkeypatch.setenv("PATH", f"{fake_slurm}:{os.environ['PATH']}")
+    monkeypatch.setattr("headway.slurm.sync.default_predictor", RatePredictor)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("JobID|State\n1|COMPLETED\n")
+    loop = ["slurm", "sync", "--interval", "1s", "--max-passes", "3", "--json"]
+    cases = [
+        (["--db", str(notes)], "not a headway job store"),
+        (["--db", str(tmp_path / "nodir" / "j.duckdb"), "--apply"], "no such directory"),
+        (["--db", str(tmp_path), "--apply"], "is a directory"),
+        (["--db", str(tmp_path / "j.duckdb"), "--since", "2999-01-01"], "in the future"),
+    ]
+    for args, said in cases:
+        res = CliRunner().invoke(app, [*loop, *args])
+        assert res.exit_code == 1 and said in res.output, (args, res.output)
+        assert '"pass"' not in res.stdout  # no pass ran
+    assert not (fake_slurm / "scontrol.log").exists()

@@ -189,12 +189,14 @@ def sync(
             "a range from 0 keeps it",
             soft_wrap=True,
         )
+    _check_store_path(db, write=apply)
     opts = SyncOptions(rng=rng, apply=apply, db=db, source=source, since=since, policy=policy)
     runner = Runner()
     try:
         for cmd in ("squeue", "sacct", "sprio", "sinfo", *(("scontrol",) if apply else ())):
             runner.which(cmd)
         syncer = SlurmSync(runner, opts)
+        syncer.load_store()  # a bad store fails now, once, not every pass of a loop
     except SlurmError as e:
         fail(str(e))
     try:
@@ -363,10 +365,37 @@ def _sprio_json(line: SprioLine) -> dict[str, object]:
 
 def _check_since(since: str) -> None:
     """--since is read on the first pass; a typo must stop the command now, not fail every pass."""
+    import datetime as dt
+
     from headway.traces.base import BadInputError
     from headway.traces.sacct import parse_since
 
     try:
-        parse_since(since)
+        start = parse_since(since)
     except (BadInputError, ValueError) as e:
         fail(str(e))
+    if start.astimezone() > dt.datetime.now().astimezone():
+        fail(f"--since {since!r}: in the future; give a span such as 30d or a past date")
+
+
+def _check_store_path(db: Path | None, write: bool) -> None:
+    """What would fail every pass fails now: a --db that is no store, or (to write) not writable here."""
+    import os
+
+    from headway.store import default_db_path, is_duckdb_file
+
+    path = db if db is not None else default_db_path()
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        fail(f"--db {path}: is a directory; give the job store's file name")
+    if path.exists() and not is_duckdb_file(path) and path.stat().st_size > 0:
+        fail(f"--db {path}: not a headway job store (a DuckDB file)")
+    if not write:
+        return
+    if not parent.is_dir():
+        fail(f"--db {path}: no such directory {parent}; --apply stores the new history there")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        fail(
+            f"--db {path}: not writable by this user (DuckDB also writes {path.name}.wal in {parent}); "
+            "--apply stores the new history there: give a --db you can write, or run as its owner"
+        )

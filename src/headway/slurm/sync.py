@@ -481,9 +481,17 @@ class SlurmSync:
             self.fed.add(r.job_id)
         self.predictor.maybe_retrain(now)
 
+    def load_store(self) -> None:
+        """The store's history, once; raises SlurmError (a bad --db fails at startup, not every pass)."""
+        if not self._store_loaded:
+            self.history.load_store(self.options.db, self.options.source)
+            self._store_loaded = True
+
     def _store_new(self, records: Sequence[JobRecord]) -> None:
+        import duckdb
+
         from headway.schema import records_to_table
-        from headway.store import JobStore, StoreError
+        from headway.store import JobStore, StoreError, default_db_path
 
         if not records:
             return
@@ -493,13 +501,15 @@ class SlurmSync:
                 store.record_ingest("headway slurm sync", "sacct", self.options.source, len(records), n, 0)
         except StoreError as e:
             raise SlurmError(str(e)) from e
+        except duckdb.Error as e:  # e.g. its directory not writable by this user: DuckDB's .wal fails
+            path = self.options.db or default_db_path()
+            said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise SlurmError(f"{path}: cannot write the job store: {said}") from e
 
     def plan(self) -> Plan:
         """Read everything, predict and rank; raises SlurmError when any input cannot be read."""
         opts = self.options
-        if not self._store_loaded:
-            self.history.load_store(opts.db, opts.source)
-            self._store_loaded = True
+        self.load_store()
         # History and training first: training on a long history takes seconds to a minute, and the
         # queue read after it is what the staleness check at write time measures.
         history_at = self.clock()
