@@ -896,3 +896,13 @@ def test_a_bad_db_or_a_since_in_the_future_fails_once_at_startup_not_every_pass(
         assert res.exit_code == 1 and said in res.output, (args, res.output)
         assert '"pass"' not in res.stdout  # no pass ran
     assert not (fake_slurm / "scontrol.log").exists()
+
+
+def test_sync_help_wraps_at_the_terminal_not_mid_sentence() -> None:
+    from typer.testing import CliRunner
+
+    from headway.cli import app
+
+    res = CliRunner().invoke(app, ["slurm", "sync", "--help"], env={"COLUMNS": "250"})
+    assert res.exit_code == 0
+    assert "(incrementally), and current SiteFactors from `sprio`. A dry run" in res.output, res.output

@@ -125,7 +125,18 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool
         err.print(f"[yellow]pass {report.seq}:[/] {escape(report.error)}", soft_wrap=True)
 
 
-@app.command("sync")
+# One line a paragraph: rich help keeps a docstring's line breaks, which cut sentences mid-way.
+_SYNC_HELP = (
+    "Rank Slurm's pending jobs with headway's policy core and map the ranks onto SiteFactor.\n\n"
+    "Reads `squeue --json` (or `squeue -O` text), new history from `sacct -a -X -P -D` (incrementally), and "
+    "current SiteFactors from `sprio`. A dry run (the default) prints the plan and writes nothing, neither "
+    "to Slurm nor to the store; `--apply` writes only changed values and stores the new history. When "
+    "slurmctld does not answer, the pass writes nothing and the loop backs off and retries; when only "
+    "slurmdbd does not, the pass ranks with the history already held and says how old it is."
+)
+
+
+@app.command("sync", help=_SYNC_HELP)
 def sync(
     once: Annotated[bool, typer.Option("--once", help="Run one pass and exit.")] = False,
     interval: Annotated[
@@ -162,13 +173,7 @@ def sync(
         bool, typer.Option("--verbose", "-v", help="Show unchanged jobs in long queues too.")
     ] = False,
 ) -> None:
-    """Rank Slurm's pending jobs with headway's policy core and map the ranks onto SiteFactor.
-
-    Reads `squeue --json` (or `squeue -O` text), new history from `sacct -a -X -P -D` (incrementally), and
-    current SiteFactors from `sprio`. A dry run (the default) prints the plan and writes nothing, neither
-    to Slurm nor to the store; `--apply` writes only changed values and stores the new history. When
-    slurmctld does not answer, the pass writes nothing and the loop backs off and retries.
-    """
+    """Rank pending jobs and write SiteFactors (the help is _SYNC_HELP, kept on one line a paragraph)."""
     from headway.policy import live_policy_error
     from headway.slurm.runner import Runner, SlurmDenied, SlurmError, SlurmMissing
     from headway.slurm.sitefactor import FactorRange
