@@ -420,3 +420,45 @@ def test_jobs_without_a_user_are_null_in_the_result_and_left_out_of_jain_fairnes
     )
     assert {r["job_id"]: r["user"] for r in res.jobs.to_pylist()} == {"a": "alice", "b": None, "c": None}
     assert compute(res)["jain_fairness"] is None
+
+
+def test_las_demotes_a_job_whose_crossing_lands_a_rounding_error_short_of_the_threshold() -> None:
+    """A (7 GPUs) crosses 1 GPU-hour at 99,991 + 3,600 / 7 s; recomputed at that instant its attained
+    service is 3,599.99999999997 GPU-s. It still counted as queue 0, the next crossing rounded to now and
+    no pass was asked for again: B waited for A's end, 2M s later."""
+    rows = [
+        {"submit": 0, "runtime": 1, "gpus": 1, "job_id": "Z"},
+        {"submit": 99_991, "runtime": 2_000_000, "gpus": 7, "job_id": "A"},
+        {"submit": 99_992, "runtime": 10, "gpus": 7, "job_id": "B"},
+    ]
+    res = run_simulation(
+        make_jobs(rows),
+        ClusterSpec.from_counts([7, 1]),
+        policy="las",
+        predictor_factory=MeanPredictor,
+        engine_options=EngineOptions(validate=True),
+    )
+    assert by_id(res)["B"]["start"] == pytest.approx(99_991 + 3600 / 7)
+
+
+def test_a_share_on_a_node_the_reservation_does_not_need_is_backfilled() -> None:
+    """H (4 GPUs) is planned on node 0 at 1,000 s; D (half a GPU, limit 5,000 s) fits beside C on node 1,
+    which H never uses. Counting node 1's shared GPU against its whole free GPUs (none) refused D until
+    C ended."""
+    rows = [
+        {"submit": 0, "runtime": 1000, "gpus": 4, "time_limit": 1000, "job_id": "A"},
+        {"submit": 0, "runtime": 10_000, "gpus": 1, "time_limit": 10_000, "job_id": "B"},
+        {"submit": 0, "runtime": 500, "gpus": 0.5, "time_limit": 500, "job_id": "C"},
+        {"submit": 1, "runtime": 1000, "gpus": 4, "time_limit": 1000, "job_id": "H"},
+        {"submit": 2, "runtime": 5000, "gpus": 0.5, "time_limit": 5000, "job_id": "D"},
+    ]
+    res = run_simulation(
+        make_jobs(rows),
+        ClusterSpec.from_counts([4, 2]),
+        policy="multifactor",
+        placement="first-fit",
+        predictor_factory=MeanPredictor,
+        engine_options=EngineOptions(validate=True),
+    )
+    j = by_id(res)
+    assert j["D"]["start"] == 2 and j["H"]["start"] == 1000

@@ -261,20 +261,21 @@ class Policy:
             if rmask is not None and not rmask[pos]:
                 continue
             strict = self.strict_head(ranking, pos)
-            reservation, shadow, spare, counted = self._reserve(
+            reservation, shadow, slack, counted = self._reserve(
                 snap, pos, whole_l[pos], index.free, index.share, taken
             )
             if strict:
                 # A starved head: beyond GPUs it can never use, only a job whose *time limit* (a hard
                 # bound, never a prediction) ends before its planned start may backfill, so its wait
                 # stays bounded by max_wait + the time for GPUs to free + the longest such limit.
-                spare = np.where(view.node_gpus >= max(whole_l[pos], 1), 0, index.free)
+                slack = np.where(view.node_gpus >= max(whole_l[pos], 1), 0, _UNLIMITED)
                 if int(max_nodes[pos]) > 1:
-                    spare = np.zeros_like(view.free)
+                    slack = np.zeros_like(view.free)
                 if not math.isfinite(reservation.start):
                     shadow = -math.inf
             elif not math.isfinite(reservation.start):
-                spare = np.zeros_like(view.free)
+                slack = np.zeros_like(view.free)
+            spare = np.minimum(index.free, slack)
             break
         # Phase 2: backfill behind the reservation (EASY): a job that ends before the reservation's start
         # may use any free GPU; one that would run past it only the GPUs the reservation will not need.
@@ -305,29 +306,39 @@ class Policy:
                         continue
                 elif milli_l[pos] > smax:
                     continue
-                alloc = (
-                    place_sized(how, gpus_l[pos], w, milli_l[pos], m)
-                    if ends_before
-                    else place(self.placement, spare, index.share, view.rack, view.n_racks, gpus_l[pos], m)
-                )
+                if ends_before:
+                    alloc = place_sized(how, gpus_l[pos], w, milli_l[pos], m)
+                else:
+                    sh = index.share
+                    if w == 0:
+                        # A share that runs past the reservation may not land on a GPU the plan counts
+                        # on (free by its start) on a node without slack: shown as full to `place`.
+                        blocked = counted & (slack <= 0)[:, None]
+                        if blocked.any():
+                            sh = np.where(blocked, 0, sh)
+                    alloc = place(self.placement, spare, sh, view.rack, view.n_racks, gpus_l[pos], m)
                 if alloc is None:
                     continue
                 if alloc.frac_gpu < 0:
-                    whole_taken = alloc.counts
+                    cost = alloc.counts
+                    if not ends_before and any(
+                        c > spare[nd] for nd, c in zip(alloc.nodes, cost, strict=True)
+                    ):
+                        continue
                 else:
                     # A share of a GPU the plan counts on by the reservation's start (a free one, or a
-                    # shared one whose sharers end by then) keeps that GPU busy past it: one spare GPU.
+                    # shared one whose sharers end by then) keeps that GPU busy past it: it costs one
+                    # GPU of its node's slack, once.
                     at = (alloc.nodes[0], alloc.frac_gpu)
-                    whole_taken = (1,) if counted[at] else (0,)
-                if not ends_before and any(
-                    c > spare[nd] for nd, c in zip(alloc.nodes, whole_taken, strict=True)
-                ):
-                    continue
-                if alloc.frac_gpu >= 0 and not ends_before:
-                    counted[alloc.nodes[0], alloc.frac_gpu] = False  # charged once
+                    cost = (1,) if counted[at] and not ends_before else (0,)
+                    if cost[0]:
+                        counted[at] = False
                 used = index.take(alloc)
-                for nd, c in zip(alloc.nodes, whole_taken, strict=True):
-                    spare[nd] = min(int(spare[nd]) - (0 if ends_before else c), int(index.free[nd]))
+                for nd, c in zip(alloc.nodes, cost, strict=True):
+                    if not ends_before:
+                        slack[nd] -= c
+                    spare[nd] = min(int(spare[nd]) - (0 if ends_before else c), int(slack[nd]))
+                    spare[nd] = min(int(spare[nd]), int(index.free[nd]))
                 taken.append((used, pos))
                 starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc, backfill=True))
                 fmax, ftot, smax = limits()
@@ -362,8 +373,10 @@ class Policy:
         share: I64,
         taken: list[tuple[list[tuple[int, int]], int]],
     ) -> tuple[Reservation, float, I64, npt.NDArray[np.bool_]]:
-        """The earliest time the head's gang fits given running jobs' expected ends, the spare GPUs, and
-        which GPUs the plan counts on being free by then ([node, gpu]; every one when it has no time)."""
+        """The earliest time the head's gang fits given running jobs' expected ends; each node's slack
+        (GPUs free by then beyond what the head needs: a job running past then may take that many of them,
+        and no more of the free ones now); and which GPUs the plan counts on being free by then
+        ([node, gpu]; every one when it has no time)."""
         p, view = snap.pending, snap.cluster
         g = max(int(whole), 1)  # a fractional head is planned as one whole GPU (conservative)
         m = int(p.max_nodes[pos])
@@ -409,8 +422,7 @@ class Policy:
             need[node] = g
             counted = rel <= t
             at_t = counted.sum(axis=1)
-            spare = np.clip(np.minimum(free, at_t - need), 0, None)
-            return Reservation(key, jid, t, (node,)), t, spare, counted
+            return Reservation(key, jid, t, (node,)), t, np.clip(at_t - need, 0, None), counted
         flat = rel_sorted[np.isfinite(rel_sorted)]
         times = _candidate_times(flat, rel_sorted, g, m)
         lo, hi = 0, len(times) - 1
@@ -430,8 +442,12 @@ class Policy:
         if alloc is not None:
             for nd_, c in zip(alloc.nodes, alloc.counts, strict=True):
                 need[nd_] = c
-        spare = np.clip(np.minimum(free, at_t - need), 0, None)
-        return Reservation(key, jid, t, alloc.nodes if alloc else ()), t, spare, counted
+        return (
+            Reservation(key, jid, t, alloc.nodes if alloc else ()),
+            t,
+            np.clip(at_t - need, 0, None),
+            counted,
+        )
 
 
 def _sharers(frac_at: Mapping[int, tuple[int, int]], running_key: I64) -> tuple[I64, I64, I64]:
@@ -568,6 +584,9 @@ class Qssf(Policy):
         return np.zeros(len(p), np.int64), -service, {"pred_gpu_h": service, "pred_runtime_h": dur / HOUR}
 
 
+_CROSS_TOL = 1e-6  # GPU-seconds: LAS's tolerance at a queue threshold (Las._queue)
+
+
 @dataclass(frozen=True)
 class Las(Policy):
     """Tiresias's discretised 2D-LAS: queues by attained GPU-service, FIFO inside a queue, preemptive.
@@ -589,7 +608,11 @@ class Las(Policy):
         return tuple(f"queue {i}" for i in range(len(self.thresholds) + 1))
 
     def _queue(self, attained: F64) -> I64:
-        return np.searchsorted(np.asarray(self.thresholds), attained, side="right").astype(np.int64)
+        # Attained service a hair below a threshold counts as past it: a pass asked for at the crossing
+        # recomputes start + elapsed time in floats and may land 1e-11 short, and the job would then keep
+        # its queue until some unrelated event.
+        thr = np.asarray(self.thresholds)
+        return np.searchsorted(thr, attained + _CROSS_TOL, side="right").astype(np.int64)
 
     def scores(self, snap: Snapshot) -> tuple[I64, F64, dict[str, F64]]:
         p = snap.pending
@@ -618,12 +641,13 @@ class Las(Policy):
         tried = 0
         below_q: dict[int, list[int]] = {}
         tier = ranking.tier
+        own_q = self._queue(p.attained).tolist()  # promotion orders, never preempts
         for pos in ranking.order.tolist():
             if tried >= self.max_preemptors:
                 break
             if int(p.key[pos]) in started:
                 continue
-            q = int(self._queue(p.attained[pos : pos + 1])[0])  # promotion orders, never preempts
+            q = own_q[pos]
             below = below_q.get(q)
             if below is None:
                 below = below_q[q] = victims_order[(victims_q > q) & victims_ok].tolist()  # victims order
@@ -634,13 +658,17 @@ class Las(Policy):
                 break  # later jobs are in this queue or a lower one: nobody below them to preempt either
             tried += 1
             job = (float(p.gpus[pos]), int(p.max_nodes[pos]))
+            f2, s2 = free.copy(), share.copy()
             chosen: list[int] = []
             alloc = None
-            for v in cands:
-                if not (view.owner == v).any():
+            for v in cands:  # freed one by one, lowest queue first, until the job fits
+                mask = view.owner == v
+                if not mask.any():
                     continue
+                s2[mask] = FULL_SHARE
+                f2 += mask.sum(axis=1)
                 chosen.append(v)
-                alloc, f2, s2 = self._fits_after(view, free, share, chosen, *job)
+                alloc = self._try(f2, s2, view.rack, view.n_racks, *job, gang_size(job[0])[0])
                 if alloc is not None:
                     break
             if alloc is None:
@@ -691,9 +719,9 @@ class Las(Policy):
     def _next_queue_change(self, now: float, attained: F64, gpus: F64) -> float | None:
         thr = np.asarray((*self.thresholds, math.inf))
         nxt = thr[self._queue(attained)]
-        dt = (nxt - attained) / np.maximum(gpus, 1e-9)
-        t = float(np.min(now + dt))
-        return t if math.isfinite(t) and t > now else None
+        t = now + (nxt - attained) / np.maximum(gpus, 1e-9)
+        t = t[(t > now) & np.isfinite(t)]  # one that rounds to now must not hide the others
+        return float(t.min()) if len(t) else None
 
 
 @dataclass(frozen=True)
