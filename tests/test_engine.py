@@ -48,6 +48,21 @@ def by_id(res: Any) -> dict[str, dict[str, Any]]:
     return {r["job_id"]: r for r in res.jobs.to_pylist()}
 
 
+def replay_small(
+    rows: list[dict[str, Any]], spec: ClusterSpec, policy: str, **kw: Any
+) -> dict[str, dict[str, Any]]:
+    """A hand-made trace under one policy, every step validated; the jobs by id."""
+    res = run_simulation(
+        make_jobs(rows),
+        spec,
+        policy=policy,
+        predictor_factory=MeanPredictor,
+        engine_options=EngineOptions(validate=True),
+        **kw,
+    )
+    return by_id(res)
+
+
 def test_result_has_the_contract_columns_and_every_job_ends_in_its_recorded_state() -> None:
     t = make_jobs(rows_random(200, 1))
     for name in POLICIES:
@@ -336,14 +351,7 @@ def test_las_never_puts_a_whole_gpu_job_on_a_gpu_a_share_was_planned_on() -> Non
         {"submit": 4000, "runtime": 100_000, "gpus": 1, "job_id": "W1"},
         {"submit": 4000, "runtime": 100_000, "gpus": 0.5, "job_id": "W2"},
     ]
-    res = run_simulation(
-        make_jobs(rows),
-        ClusterSpec.from_flags(1, 2),
-        policy="las",
-        predictor_factory=MeanPredictor,
-        engine_options=EngineOptions(validate=True),  # validate checks every GPU's share stays in range
-    )
-    j = by_id(res)
+    j = replay_small(rows, ClusterSpec.from_flags(1, 2), "las")
     assert j["V"]["preemptions"] == 1 and j["W1"]["start"] == 4000 and j["W2"]["start"] == 4000
 
 
@@ -355,14 +363,7 @@ def test_las_passes_when_a_job_started_in_the_pass_crosses_into_a_lower_queue() 
         {"submit": 0, "runtime": 10_000, "gpus": 8, "job_id": "W"},
         {"submit": 0, "runtime": 100, "gpus": 8, "job_id": "X"},
     ]
-    res = run_simulation(
-        make_jobs(rows),
-        ClusterSpec.from_flags(1, 8),
-        policy="las",
-        predictor_factory=MeanPredictor,
-        engine_options=EngineOptions(validate=True),
-    )
-    j = by_id(res)
+    j = replay_small(rows, ClusterSpec.from_flags(1, 8), "las")
     assert j["X"]["start"] == 550 and j["X"]["end"] == 650
     assert j["W"]["end"] == pytest.approx(100 + 10_000 + 100 + get_policy("las").restart_penalty_s)
 
@@ -375,14 +376,7 @@ def test_las_a_promoted_job_does_not_stop_a_top_queue_job_behind_it_from_preempt
         {"submit": 460, "runtime": 100_000, "gpus": 8, "job_id": "Q"},
         {"submit": 4500, "runtime": 100, "gpus": 8, "job_id": "F"},
     ]
-    res = run_simulation(
-        make_jobs(rows),
-        ClusterSpec.from_flags(1, 8),
-        policy="las",
-        predictor_factory=MeanPredictor,
-        engine_options=EngineOptions(validate=True),
-    )
-    j = by_id(res)
+    j = replay_small(rows, ClusterSpec.from_flags(1, 8), "las")
     assert j["F"]["start"] == 4500 and j["F"]["end"] == 4600
 
 
@@ -395,14 +389,7 @@ def test_las_preempts_only_the_jobs_the_preemptor_needs() -> None:
         {"submit": 10, "runtime": 100_000, "gpus": 2, "job_id": "V1"},
         {"submit": 2000, "runtime": 1000, "gpus": 4, "job_id": "P"},
     ]
-    res = run_simulation(
-        make_jobs(rows),
-        ClusterSpec.from_flags(2, 4),
-        policy="las",
-        predictor_factory=MeanPredictor,
-        engine_options=EngineOptions(validate=True),
-    )
-    j = by_id(res)
+    j = replay_small(rows, ClusterSpec.from_flags(2, 4), "las")
     assert j["P"]["start"] == 2000
     assert j["V2"]["preemptions"] == 1 and j["V1"]["preemptions"] == 0 and j["X"]["preemptions"] == 0
 
@@ -431,14 +418,8 @@ def test_las_demotes_a_job_whose_crossing_lands_a_rounding_error_short_of_the_th
         {"submit": 99_991, "runtime": 2_000_000, "gpus": 7, "job_id": "A"},
         {"submit": 99_992, "runtime": 10, "gpus": 7, "job_id": "B"},
     ]
-    res = run_simulation(
-        make_jobs(rows),
-        ClusterSpec.from_counts([7, 1]),
-        policy="las",
-        predictor_factory=MeanPredictor,
-        engine_options=EngineOptions(validate=True),
-    )
-    assert by_id(res)["B"]["start"] == pytest.approx(99_991 + 3600 / 7)
+    j = replay_small(rows, ClusterSpec.from_counts([7, 1]), "las")
+    assert j["B"]["start"] == pytest.approx(99_991 + 3600 / 7)
 
 
 def test_a_share_on_a_node_the_reservation_does_not_need_is_backfilled() -> None:
@@ -452,13 +433,5 @@ def test_a_share_on_a_node_the_reservation_does_not_need_is_backfilled() -> None
         {"submit": 1, "runtime": 1000, "gpus": 4, "time_limit": 1000, "job_id": "H"},
         {"submit": 2, "runtime": 5000, "gpus": 0.5, "time_limit": 5000, "job_id": "D"},
     ]
-    res = run_simulation(
-        make_jobs(rows),
-        ClusterSpec.from_counts([4, 2]),
-        policy="multifactor",
-        placement="first-fit",
-        predictor_factory=MeanPredictor,
-        engine_options=EngineOptions(validate=True),
-    )
-    j = by_id(res)
+    j = replay_small(rows, ClusterSpec.from_counts([4, 2]), "multifactor", placement="first-fit")
     assert j["D"]["start"] == 2 and j["H"]["start"] == 1000

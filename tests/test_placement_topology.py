@@ -14,6 +14,16 @@ from headway.policy.snapshot import I64, Allocation
 _BIG = np.iinfo(np.int64).max // 4
 
 
+def _fewest_nodes(free: I64, g: int, max_nodes: int) -> tuple[I64, int] | None:
+    """Nodes by free GPUs (most first, stable) and how many of them the gang needs at least."""
+    order = np.argsort(-free, kind="stable")
+    cs = np.cumsum(free[order])
+    if cs[-1] < g:
+        return None
+    k = int(np.searchsorted(cs, g)) + 1
+    return None if k > max_nodes else (order, k)
+
+
 def reference_topology(
     free: I64, rack: I64, n_racks: int, g: int, max_nodes: int, rack_free: I64 | None = None
 ) -> Allocation | None:
@@ -24,13 +34,10 @@ def reference_topology(
         return Allocation((int(np.argmin(key)),), (g,))
     if max_nodes == 1:
         return None
-    order = np.argsort(-free, kind="stable")
-    cs = np.cumsum(free[order])
-    if cs[-1] < g:
+    fewest = _fewest_nodes(free, g, max_nodes)
+    if fewest is None:
         return None
-    k = int(np.searchsorted(cs, g)) + 1
-    if k > max_nodes:
-        return None
+    order, k = fewest
     by_rack = np.lexsort((-free, rack))
     r_sorted = rack[by_rack]
     starts = np.searchsorted(r_sorted, np.arange(n_racks))
@@ -90,13 +97,10 @@ def test_topology_places_as_the_reference_search(
 def fullest_anywhere(free: I64, g: int, max_nodes: int) -> Allocation | None:
     """What topology placement did for a gang no rack holds before it counted racks: the fullest nodes
     anywhere, the tightest node for the rest."""
-    order = np.argsort(-free, kind="stable")
-    cs = np.cumsum(free[order])
-    if cs[-1] < g:
+    fewest = _fewest_nodes(free, g, max_nodes)
+    if fewest is None:
         return None
-    k = int(np.searchsorted(cs, g)) + 1
-    if k > max_nodes:
-        return None
+    order, k = fewest
     nodes = order.tolist()
     chosen = nodes[: k - 1]
     rest = g - int(free[chosen].sum()) if chosen else g

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from headway.audit.render import dur
 from headway.policy.snapshot import FULL_SHARE, ClusterView, PendingJobs, Ranking, RunningJobs, Snapshot
 from headway.predict.api import EndedJob, OnlinePredictor, Predictions, SubmittedJob
 from headway.schema import OUTCOME_OF, OWN_FAILURE_STATES, JobRecord, Outcome, State, natural_key
@@ -261,11 +262,10 @@ class History:
     def held_since(self, now: float) -> str | None:
         """How old the history held is, in words; None when none was ever read (nothing to rank with)."""
         if self.read_at is not None:
-            return f"the history read from sacct {_ago(now - self.read_at)} ago"
+            return f"the history read from sacct {dur(max(now - self.read_at, 0.0))} ago"
         if self.store_newest is not None:
-            return (
-                f"the store's history (its newest job ended {_ago(now - self.store_newest.timestamp())} ago)"
-            )
+            age = max(now - self.store_newest.timestamp(), 0.0)
+            return f"the store's history (its newest job ended {dur(age)} ago)"
         return None
 
     def fetch(self, runner: Runner, since: str, source: str, now: float) -> list[JobRecord]:
@@ -315,17 +315,6 @@ class History:
         self.next_since = dt.datetime.fromtimestamp(now - HISTORY_MARGIN_S, dt.UTC)
         self.read_at = now
         return new
-
-
-def _ago(seconds: float) -> str:
-    s = max(seconds, 0.0)
-    if s < 120:
-        return f"{s:.0f} s"
-    if s < 7200:
-        return f"{s / 60:.0f} min"
-    if s < 2 * 86400:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} days"
 
 
 def fail_streaks(history: Sequence[JobRecord]) -> dict[tuple[str | None, str | None], int]:
