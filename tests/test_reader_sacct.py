@@ -18,7 +18,7 @@ from headway.cli import app
 from headway.schema import JOB_SCHEMA, JobRecord, table_to_records
 from headway.traces.base import BadInputError, ReadOptions
 from headway.traces.registry import read, sniff
-from headway.traces.sacct import READER, fetch_from_slurm, parse_since, sacct_command
+from headway.traces.sacct import READER, SACCT_DELIMITER, fetch_from_slurm, parse_since, sacct_command
 
 DATA = Path(__file__).parent / "data"
 EDGE = DATA / "sacct_edge_cases.txt"
@@ -377,35 +377,51 @@ def test_from_slurm_times_are_sacct_own_whatever_the_zone_here_or_tz_for_the_fil
     assert {j: t.timestamp() if t else None for j, t in ends.items()} == {"77": _EPOCH, "88": _EPOCH}
 
 
-def _with_names(shared_traces: Path, tmp_path: Path, names: dict[str, str], header_extra: str = "") -> Path:
-    """The real 22.05 sacct -P output with some jobs renamed (by id) as sacct prints such names: as is."""
+def _with_names(
+    shared_traces: Path, tmp_path: Path, names: dict[str, str], header_extra: str = "", sep: str = "|"
+) -> Path:
+    """The real 22.05 sacct -P output with some jobs renamed (by id) as sacct prints such names: as is;
+    `sep` as `sacct --delimiter` would print it."""
     lines = _real(shared_traces).read_text().splitlines()
-    out = [lines[0] + header_extra]
+    out = [sep.join(lines[0].split("|")) + header_extra]
     for ln in lines[1:]:
         f = ln.split("|")
         if f[0] in names:
             f[1] = names[f[0]]
-        out.append("|".join(f) + ("|note" if header_extra else ""))
+        out.append(sep.join(f) + ("|note" if header_extra else ""))
     path = tmp_path / "sacct.txt"
     path.write_text("\n".join(out) + "\n")
     return path
 
 
 @pytest.mark.shared
-def test_a_job_name_holding_the_separator_is_read_whole_not_dropped(
+def test_a_job_name_holding_a_bar_reads_whole_with_headways_own_delimiter(
     shared_traces: Path, tmp_path: Path
 ) -> None:
+    """headway runs sacct with `--delimiter` set to ASCII's unit separator, so `x|y` is one name."""
     plain = {
         r.job_id: r for r in table_to_records(READER.read(_real(shared_traces), ReadOptions(tz="UTC")).table)
     }
-    path = _with_names(shared_traces, tmp_path, {"1": "x|y", "2": "a|b|c"})
+    renamed = {"1": "x|y", "2": "a|b|c"}
+    path = _with_names(shared_traces, tmp_path, renamed, sep=SACCT_DELIMITER)
+    assert READER.sniff(path, path.read_bytes()[:4096])
     res = READER.read(path, ReadOptions(tz="UTC"))
     jobs = {r.job_id: r for r in table_to_records(res.table)}
     assert res.bad_row_count == 0 and len(jobs) == len(plain) == 23
-    assert (jobs["1"].name, jobs["2"].name) == ("x|y", "a|b|c")
-    renamed = {"1": "x|y", "2": "a|b|c"}
     assert jobs == {j: dataclasses.replace(r, name=renamed.get(j, r.name)) for j, r in plain.items()}
-    assert any("2 rows had '|' in JobName" in n for n in res.notes)
+    assert f"--delimiter={SACCT_DELIMITER}" in sacct_command(dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+
+
+@pytest.mark.shared
+def test_a_bar_inside_a_value_of_a_bar_separated_file_is_a_bad_row_not_a_guess(
+    shared_traces: Path, tmp_path: Path
+) -> None:
+    """Which column holds the extra `|` cannot be told: joining it into JobName put a job submitted with
+    `-A 'x|carol'` under user x. The row is refused, and the reason says why."""
+    path = _with_names(shared_traces, tmp_path, {"1": "x|y"})
+    res = READER.read(path, ReadOptions(tz="UTC"))
+    assert res.bad_row_count == 1 and "a separator inside a value" in str(res.bad_rows[0])
+    assert "1" not in {r.job_id for r in table_to_records(res.table)}
 
 
 @pytest.mark.shared

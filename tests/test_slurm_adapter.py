@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import stat
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,8 +29,9 @@ from headway.slurm.queue import (
     parse_squeue_json,
     parse_squeue_text,
     settle_throttles,
+    squeue_text_args,
 )
-from headway.slurm.runner import Runner, SlurmDenied, SlurmDown, SlurmMissing, classify
+from headway.slurm.runner import Runner, SlurmDenied, SlurmDown, SlurmMissing, SlurmTimeout, classify
 from headway.slurm.sitefactor import (
     Change,
     FactorRange,
@@ -38,7 +40,7 @@ from headway.slurm.sitefactor import (
     place_ranks,
     plan_changes,
 )
-from headway.slurm.sync import PassReport, Plan, SlurmSync, SyncOptions, run_loop
+from headway.slurm.sync import History, PassReport, Plan, SlurmSync, SyncOptions, run_loop
 
 SLURM = "slurm-22.05"
 
@@ -121,6 +123,18 @@ def test_squeue_text_fallback_parses_the_O_format() -> None:
     assert jobs[1].gpus == 8 and jobs[1].time_limit == 26 * 3600 and jobs[1].priority == 10007
     with pytest.raises(ParseError, match="line 1"):
         parse_squeue_text("1|PENDING|bob\n")
+
+
+def test_squeue_text_fallback_reads_a_job_name_holding_a_bar() -> None:
+    """headway asks `squeue -O` for ASCII's unit separator after each field (as Slurm 22.05 printed this
+    line): with `|`, a job named `x|y` shifted every later column and failed every pass while it waited."""
+    assert all(a.endswith("\x1f") for a in squeue_text_args()[-1].split(","))
+    line = (
+        "4\x1fPENDING\x1fbob\x1f(null)\x1fx|y\x1fgpu\x1fnormal\x1f2026-11-30T13:45:37\x1fN/A\x1fUNLIMITED"
+        "\x1f1\x1fgres:gpu:1\x1fN/A\x1f0\x1fJobHeldUser\x1f4\x1f1\x1fN/A\x1fN/A\x1f\n"
+    )
+    (job,) = parse_squeue_text(line)
+    assert job.job_id == "4" and job.name == "x|y" and job.gpus == 1 and job.time_limit is None
 
 
 def test_pending_array_tasks_are_one_record_named_as_slurm_names_them() -> None:
@@ -547,24 +561,28 @@ def test_a_job_held_after_it_was_ranked_goes_to_the_bottom_though_sprio_hides_it
     assert [(c.old, c.new) for c in second.plan.changes if c.job_id == top] == [(written, 0)]
 
 
-def test_ended_jobs_read_in_a_pass_that_failed_are_stored_by_the_next(
+def test_ended_jobs_read_in_a_pass_that_fails_later_are_stored_before_the_queue_is_read(
     fake_slurm: Path, tmp_path: Path
 ) -> None:
+    """The history is stored before the queue read, so the time it takes does not age the queue (the
+    staleness check at write time measures the queue read), and a failing queue read loses nothing."""
+    from headway.store import JobStore
+
     db = tmp_path / "j.duckdb"
     sync = SlurmSync(_runner(fake_slurm), SyncOptions(apply=True, db=db), predictor_factory=RatePredictor)
     real_sprio = (fake_slurm / "sprio").read_text()
     _script(
         fake_slurm / "sprio", "echo 'slurm_load_jobs error: Unable to contact slurm controller' >&2; exit 1\n"
     )
-    first = sync.run_pass()  # sacct was read, then sprio failed: nothing stored yet
-    assert not first.ok and not db.exists()
+    first = sync.run_pass()  # sacct was read and stored, then sprio failed
+    assert not first.ok
+    with JobStore(db, read_only=True) as s:
+        assert s.count() == 10
     (fake_slurm / "sprio").write_text(real_sprio)
     second = sync.run_pass()
     assert second.ok and second.plan is not None and second.plan.history_new == 0  # nothing new in sacct
-    from headway.store import JobStore
-
     with JobStore(db, read_only=True) as s:
-        assert s.count() == 10  # ... yet the ten jobs the failed pass read are in the store
+        assert s.count() == 10
 
 
 def test_a_missing_slurm_conf_is_one_line_at_once_not_a_minute_of_retries(tmp_path: Path) -> None:
@@ -647,7 +665,7 @@ def _log_sacct_args(fake_slurm: Path, body: str | None = None) -> Path:
 
 def _sacct_start(args_line: str) -> dt.datetime:
     argv = args_line.split()
-    return dt.datetime.fromisoformat(argv[argv.index("-S") + 1])
+    return dt.datetime.fromisoformat(argv[argv.index("-S") + 1]).replace(tzinfo=dt.UTC)  # -S is in UTC
 
 
 def test_a_store_last_fed_months_ago_is_read_from_since_not_from_its_newest_job(
@@ -674,8 +692,47 @@ def test_a_history_read_that_times_out_says_so_and_names_its_window(fake_slurm: 
     report = sync.run_pass()
     assert not report.ok and report.error is not None
     assert report.error.startswith("sacct: no answer within 1 s reading the history since ")
-    assert "(45 days)" in report.error and "shorter --since" in report.error
+    assert "(45.0 d)" in report.error and "shorter --since" in report.error
     assert "headway ingest --from-slurm --since 45d" in report.error and "not answering" not in report.error
+
+
+def test_after_a_first_read_the_history_goes_on_from_the_last_one_whatever_since_says(
+    fake_slurm: Path, tmp_path: Path
+) -> None:
+    """--since bounds the first read only: an outage longer than --since must not leave a gap."""
+    log = _log_sacct_args(fake_slurm)
+    history = History()
+    now = time.time()
+    history.read_at = now - 3 * 86400
+    history.next_since = dt.datetime.fromtimestamp(now - 3 * 86400, dt.UTC)
+    history.fetch(_runner(fake_slurm), "1m", "sacct", now)
+    start = _sacct_start(log.read_text().splitlines()[-1])
+    assert abs(start.timestamp() - (now - 3 * 86400)) < 2
+
+
+def test_a_short_history_read_that_times_out_blames_slurmdbd_not_the_window(
+    fake_slurm: Path, tmp_path: Path
+) -> None:
+    _log_sacct_args(fake_slurm, "exec sleep 5\n")
+    runner = Runner(timeout_s=1, env={**os.environ, "PATH": f"{fake_slurm}:{os.environ['PATH']}"})
+    history = History()
+    now = time.time()
+    history.read_at = now - 600
+    history.next_since = dt.datetime.fromtimestamp(now - 600, dt.UTC)
+    with pytest.raises(SlurmTimeout) as got:
+        history.fetch(runner, "30d", "sacct", now)
+    said = str(got.value)
+    assert "(10 min)" in said and "slurmdbd may be overloaded or hung" in said and "--since" not in said
+
+
+def test_history_rows_sacct_split_are_a_warning_not_a_silent_gap(fake_slurm: Path, tmp_path: Path) -> None:
+    """A job name with a line break splits its row in two; both halves are unreadable, and the pass says
+    so (the job would otherwise vanish from the history, and from the repeat-failure hold)."""
+    old = (fake_slurm / "sacct").read_text().removeprefix("#!/bin/sh\n").rstrip("\n")
+    _script(fake_slurm / "sacct", "{ " + old + "; echo '99|nl'; echo 'name|bob|x'; }\n")
+    report = SlurmSync(_runner(fake_slurm), SyncOptions(db=tmp_path / "j.duckdb"), RatePredictor).run_pass()
+    assert report.ok and report.plan is not None and report.plan.warning is not None
+    assert "2 rows of sacct's history could not be read" in report.plan.warning
 
 
 def _sacct_fails_while(fake_slurm: Path, flag: str) -> Path:
@@ -761,9 +818,14 @@ def test_sync_reads_sacct_times_right_whatever_zone_sacct_would_print_in(
 def test_a_job_named_with_the_separator_stays_in_the_history(
     fake_slurm: Path, tmp_path: Path, shared_traces: Path
 ) -> None:
-    """`-J 'x|y'` must not dodge the repeat-failure hold by vanishing from sacct -P history."""
+    """`-J 'x|y'` must not dodge the repeat-failure hold by vanishing from the history: headway asks sacct
+    for ASCII's unit separator between fields (this stand-in prints what sacct prints when asked so)."""
     sample = shared_traces / SLURM / "sacct_allocations.txt"
-    _script(fake_slurm / "sacct", f"sed '2s/|pretrain-llm|/|x|y|/' \"{sample}\" | head -n 11\n")
+    _script(
+        fake_slurm / "sacct",
+        'case "$*" in *--delimiter=*) ;; *) echo "no --delimiter" >&2; exit 1;; esac\n'
+        f"sed 's/|/\\x1f/g; 2s/\\x1fpretrain-llm\\x1f/\\x1fx|y\\x1f/' \"{sample}\" | head -n 11\n",
+    )
     sync = SlurmSync(_runner(fake_slurm), SyncOptions(db=tmp_path / "j.duckdb"), RatePredictor)
     report = sync.run_pass()
     assert report.ok and report.plan is not None and report.plan.history_new == 10
@@ -864,13 +926,28 @@ def test_why_shows_every_partitions_sprio_line_of_a_job_pending_in_two(
     assert "debug" in text.stdout and "2000" in text.stdout
 
 
-def test_why_refuses_an_empty_job_id() -> None:
+@pytest.mark.parametrize("job_id", ["", "  ", "26,27", "26 27", ","])
+def test_why_refuses_anything_but_one_job_id(job_id: str) -> None:
+    """An empty id said "job  is not in Slurm's queue", a list "ask again" (which never helps)."""
     from typer.testing import CliRunner
 
     from headway.cli import app
 
-    res = CliRunner().invoke(app, ["slurm", "why", ""])
-    assert res.exit_code == 1 and "give a job id" in res.output and "`sacct -j `" not in res.output
+    res = CliRunner().invoke(app, ["slurm", "why", job_id])
+    assert res.exit_code == 1 and "give one job id" in res.output and "`sacct -j `" not in res.output
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"), [("1s", True), ("24h", True), ("25h", False), ("99999999999h", False)]
+)
+def test_an_interval_over_a_day_is_refused(text: str, ok: bool) -> None:
+    from headway.commands.slurm import parse_interval
+
+    if ok:
+        assert parse_interval(text) > 0
+    else:
+        with pytest.raises(ValueError, match="at most 24h"):
+            parse_interval(text)
 
 
 def test_a_bad_db_or_a_since_in_the_future_fails_once_at_startup_not_every_pass(

@@ -35,6 +35,7 @@ DbOpt = Annotated[
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 MIN_INTERVAL_S = 1.0  # each pass asks slurmctld (squeue, sinfo, sprio) and slurmdbd (sacct)
+MAX_INTERVAL_S = 86400.0  # a day: beyond it the history and the queue are too old to rank with
 
 
 def parse_interval(text: str) -> float:
@@ -48,6 +49,8 @@ def parse_interval(text: str) -> float:
             f"--interval {text!r}: at least {MIN_INTERVAL_S:g} s; every pass queries slurmctld and slurmdbd, "
             "so a shorter pause only loads them (30s is the default)"
         )
+    if value > MAX_INTERVAL_S:
+        raise ValueError(f"--interval {text!r}: at most 24h (use cron with --once for rarer passes)")
     return value
 
 
@@ -159,7 +162,11 @@ def sync(
     ] = "0:100000",
     db: DbOpt = None,
     since: Annotated[
-        str, typer.Option(help="History to read on the first pass when the store has none: 30d, 12h, a date.")
+        str,
+        typer.Option(
+            help="How far back the first pass reads sacct's history (from the store's newest job end, when "
+            "that is later; later passes go on from the last read): 30d, 12h, a date."
+        ),
     ] = "30d",
     source: Annotated[str, typer.Option(help="Source name of this cluster's jobs in the store.")] = "sacct",
     policy: Annotated[str, typer.Option(help="Ranking policy of the scheduling core.")] = "impact",
@@ -258,8 +265,9 @@ def why(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """Headway's factors for one pending job next to Slurm's own `sprio -l` line for it (writes nothing)."""
-    if not job_id.strip():
-        fail("give a job id (e.g. 12345, or 19_5 for an array task)")
+    job_id = job_id.strip()
+    if not job_id or any(c in job_id for c in ", \t"):
+        fail(f"give one job id (e.g. 12345, or 19_5 for an array task), not {job_id!r}")
     from headway.policy import live_policy_error
     from headway.slurm.queue import ParseError, parse_sprio_long
     from headway.slurm.runner import Runner, SlurmError

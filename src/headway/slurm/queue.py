@@ -278,7 +278,9 @@ def parse_squeue_json(text: str) -> list[QueueJob]:
     return out
 
 
-# `squeue -O` fields for the text fallback; each ends with `|` so fields split cleanly.
+# `squeue -O` fields for the text fallback; each ends with ASCII's unit separator (`TEXT_SEP`), which no
+# job name or account holds (a `|` after each, as before, let a job named `x|y` shift every later column
+# and fail every pass while it waited).
 SQUEUE_FIELDS: tuple[str, ...] = (
     "JobID",
     "State",
@@ -303,8 +305,11 @@ SQUEUE_FIELDS: tuple[str, ...] = (
 _OLDEST_FIELDS = SQUEUE_FIELDS.index("PriorityLong") + 1
 
 
+TEXT_SEP = "\x1f"
+
+
 def squeue_text_args() -> list[str]:
-    fmt = ",".join(f"{f}:|" for f in SQUEUE_FIELDS)
+    fmt = ",".join(f"{f}:{TEXT_SEP}" for f in SQUEUE_FIELDS)
     return ["-h", "-a", "-t", "PENDING,RUNNING", "-O", fmt]
 
 
@@ -332,12 +337,13 @@ def _local_epoch(s: str) -> float | None:
 
 
 def parse_squeue_text(text: str) -> list[QueueJob]:
-    """Pending and running jobs from `squeue -O <SQUEUE_FIELDS>` with a `|` after each field."""
+    """Pending and running jobs from `squeue -O <SQUEUE_FIELDS>` with `TEXT_SEP` after each field (or `|`,
+    as older headway asked for)."""
     out: list[QueueJob] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
-        cells = line.split("|")
+        cells = line.split(TEXT_SEP if TEXT_SEP in line else "|")
         if len(cells) < _OLDEST_FIELDS:
             raise ParseError(f"squeue -O: line {lineno}: {len(cells)} fields, expected {len(SQUEUE_FIELDS)}")
         c = dict(zip(SQUEUE_FIELDS, (x.strip() for x in cells), strict=False))

@@ -238,6 +238,7 @@ class History:
         self.next_since: dt.datetime | None = None
         self.read_at: float | None = None  # wall time of the last sacct read that worked
         self.store_newest: dt.datetime | None = None  # newest job end the store held when loaded
+        self.bad_rows = 0  # rows of the last sacct read that could not be read (their jobs are missing)
 
     def load_store(self, db: Path | None, source: str) -> None:
         from headway.schema import table_to_records
@@ -278,17 +279,30 @@ class History:
             floor = parse_since(since).astimezone()
         except (BadInputError, ValueError) as e:
             raise SlurmError(f"--since: {e}") from e
-        # Never before --since: a store last fed months ago would make every pass ask sacct for months.
-        start = floor if self.next_since is None else max(self.next_since.astimezone(), floor)
+        # Never before --since on the first read: a store last fed months ago would make every pass ask
+        # sacct for months. Later reads go on from the last one, so an outage longer than --since leaves
+        # no gap in the history.
+        if self.next_since is None:
+            start = floor
+        elif self.read_at is None:
+            start = max(self.next_since.astimezone(), floor)
+        else:
+            start = self.next_since.astimezone()
         argv = sacct_command(start, sacct="sacct")
         try:
             res = runner.run("sacct", argv[1:], env=SACCT_ENV)
         except SlurmTimeout as e:
-            days = max(math.ceil((now - start.timestamp()) / 86400 - 0.01), 1)
+            span = max(now - start.timestamp(), 0.0)
+            if span > 2 * 86400:
+                days = math.ceil(span / 86400)
+                hint = (
+                    "sacct is slow on a long window; give a shorter --since, or store it once with "
+                    f"`headway ingest --from-slurm --since {days}d` (it waits longer) into this store"
+                )
+            else:
+                hint = "slurmdbd may be overloaded or hung"
             raise SlurmTimeout(
-                f"{e} reading the history since {start:%Y-%m-%d %H:%M %Z} ({days} days): sacct is slow on "
-                "a long window; give a shorter --since, or store it once with `headway ingest --from-slurm "
-                f"--since {days}d` (it waits longer) into this store"
+                f"{e} reading the history since {start:%Y-%m-%d %H:%M %Z} ({dur(span)}): {hint}"
             ) from None
         with tempfile.TemporaryDirectory(prefix="headway-sync-") as tmp:
             path = Path(tmp) / "sacct.txt"
@@ -304,6 +318,7 @@ class History:
                     said = str(e).replace(str(path), sacct_label(start))
                     raise SlurmError(f"sacct output: {said}") from e
                 records = table_to_records(result.table)
+                self.bad_rows = result.bad_row_count
         new = []
         for r in records:
             if r.end_time is None or OUTCOME_OF[r.state] is Outcome.UNFINISHED:
@@ -514,17 +529,22 @@ class SlurmSync:
             if held is None:
                 raise
             new, warning = [], f"{e}; ranking with {held}"
+        else:
+            if self.history.bad_rows:  # a job name with a line break splits its -P row: say so
+                warning = (
+                    f"{self.history.bad_rows:,} rows of sacct's history could not be read (a job name "
+                    "holding a line break?): those jobs are missing from the history"
+                )
         if opts.apply:  # kept until stored, whatever fails later in this pass
             self._unstored.update((r.job_id, r) for r in new)
+            self._store_new(list(self._unstored.values()))  # raises (the pass fails) and keeps them
+            self._unstored.clear()
         self._feed(history_at)
         read_at = self.clock()
         jobs, queue_source = read_queue(self.runner)
         nodes = parse_sinfo(self.runner.run("sinfo", SINFO_ARGS).stdout)
         current = read_site_factors(self.runner)
         now = self.clock()
-        if opts.apply:
-            self._store_new(list(self._unstored.values()))  # raises (the pass fails) and keeps them
-            self._unstored.clear()
         # Jobs of one submit second in Slurm's own numbering (10 after 9, not before 5), as everywhere.
         pending_all = sorted(
             (j for j in jobs if j.state == "PENDING"), key=lambda j: (j.submit_time, natural_key(j.job_id))

@@ -51,24 +51,11 @@ SACCT_FIELDS: tuple[str, ...] = (
 
 TIME_FORMATS = ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S")
 
-# sacct fields whose text a user (or an admin) writes freely, so that it may hold "|" (lower case).
-_FREE_TEXT = frozenset(
-    (
-        "jobname",
-        "comment",
-        "admincomment",
-        "systemcomment",
-        "workdir",
-        "submitline",
-        "reason",
-        "constraints",
-        "wckey",
-        "extra",
-        "container",
-        "mcslabel",
-        "licenses",
-    )
-)
+# The field separator headway asks its own sacct runs for (`--delimiter`): ASCII's unit separator, which
+# no job name, account or comment holds. sacct -P does not escape "|", so a job named `x|y` (or an account
+# `a|b`) gives its row a field too many: such a row in a `|` file is a bad row, named as one, since which
+# column holds the extra "|" cannot be told (joining it into JobName put `-A 'x|carol'` under user x).
+SACCT_DELIMITER = "\x1f"
 
 # The environment headway runs sacct with: its times (printed, and -S) in UTC, read back as "UTC".
 SACCT_ENV = {"TZ": "UTC"}
@@ -185,7 +172,7 @@ class SacctReader:
     def sniff(self, path: Path, head: bytes) -> bool:
         if looks_like_sacct_json(head):
             return True
-        fields = tb.head_fields(head, "|")
+        fields = tb.head_fields(head, _delimiter(head))
         return len(fields) >= 2 and ("jobid" in fields or "jobidraw" in fields)
 
     def read(self, path: Path, options: ReadOptions) -> ReadResult:
@@ -197,17 +184,7 @@ class SacctReader:
         if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
             return read_sacct_json(path, options, STATE_MAP, self.name)
         tz = tb.check_tz(options.tz) if options.tz else tb.local_tz_name()
-        # sacct -P does not escape "|": a job name `x|y` (a user's choice) adds a field. With JobName the
-        # only free-text column asked for, such a row is rebuilt rather than dropped (dropping it hid the
-        # job from history, and from the repeat-failure hold).
-        free = [f for f in tb.head_fields(head, "|") if f in _FREE_TEXT]
-        raw = tb.read_delimited(
-            path,
-            "|",
-            quoting=False,
-            progress=options.progress,
-            free_text="JobName" if free == ["jobname"] else None,
-        )
+        raw = tb.read_delimited(path, _delimiter(head), quoting=False, progress=options.progress)
         job_id_raw = raw.get("JobID", "JobIDRaw")
         state_raw = raw.get("State")
         if job_id_raw is None or state_raw is None:
@@ -500,6 +477,7 @@ def sacct_command(start: dt.datetime, sacct: str = "sacct") -> list[str]:
         "-a",
         "-X",
         "-P",
+        f"--delimiter={SACCT_DELIMITER}",  # names may hold "|" (SACCT_DELIMITER)
         "-D",  # every run of a requeued job (see _requeued_runs)
         "-o",
         ",".join(SACCT_FIELDS),
@@ -508,6 +486,12 @@ def sacct_command(start: dt.datetime, sacct: str = "sacct") -> list[str]:
         "-E",
         "now",
     ]
+
+
+def _delimiter(head: bytes) -> str:
+    """`SACCT_DELIMITER` when the header line uses it (headway's own runs), else sacct -P's `|`."""
+    first = head.split(b"\n", 1)[0]
+    return SACCT_DELIMITER if SACCT_DELIMITER.encode() in first else "|"
 
 
 def sacct_label(start: dt.datetime) -> str:

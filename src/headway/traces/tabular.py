@@ -206,15 +206,10 @@ def read_delimited(
     quoting: bool,
     progress: Callable[[int], None] | None = None,
     comment: str | None = None,
-    free_text: str | None = None,
 ) -> RawColumns:
-    """Split `path` into string columns by its header line; `sep=None` picks ',' or tab from the header.
-
-    `free_text` names the one column whose values may hold `sep` unescaped (sacct -P prints a job name
-    `x|y` as is): a row with too many fields is rebuilt by joining the surplus back into that column.
-    """
+    """Split `path` into string columns by its header line; `sep=None` picks ',' or tab from the header."""
     if not quoting and sep is not None and comment is None:
-        fast = _read_unquoted_fast(path, sep, progress, repairable=free_text is not None)
+        fast = _read_unquoted_fast(path, sep, progress)
         if fast is not None:
             return fast
     file = str(path)
@@ -225,8 +220,6 @@ def read_delimited(
     bad: list[tuple[int, str]] = []
     not_utf8 = 0
     first_chunk = True
-    free_col: int | None = None
-    repaired = 0
     for raw, first_line in _chunks(path, progress, quoting):
         try:
             text = raw.decode("utf-8")
@@ -259,9 +252,6 @@ def read_delimited(
                 )
             text = text.split("\n", offset)[offset] if text.count("\n") >= offset else ""
             first_line += offset
-            lowered = [h.lower() for h in header]
-            if free_text and free_text.lower() in lowered:
-                free_col = lowered.index(free_text.lower())
         assert sep is not None
         if quoting and '"' in text:
             rows: list[list[str]] = []
@@ -291,12 +281,6 @@ def read_delimited(
             lines = lines.filter(pa.array(keep))
             numbers = numbers[keep]
         flat, n_good, counts = _split_simple(lines, sep, ncols)
-        if free_col is not None and (counts > ncols).any():
-            cols, fixed_lines, rebuilt = _rebuild_rows(lines, numbers, sep, ncols, free_col, bad)
-            repaired += rebuilt
-            pieces.append((None, cols, len(fixed_lines)))
-            line_parts.append(fixed_lines)
-            continue
         wrong = counts != ncols
         if wrong.any():
             # Blank lines are not rows; only the few lines with a wrong field count are looked at here.
@@ -310,11 +294,6 @@ def read_delimited(
         raise BadInputError(f"{file}: empty file")
     lines_all = np.concatenate(line_parts) if line_parts else np.zeros(0, dtype=np.int64)
     out = RawColumns(file, header, pieces, lines_all, bad)
-    if repaired:
-        out.notes.append(
-            f"{repaired:,} rows had {sep!r} in {free_text} (more fields than the header): the surplus was "
-            f"read as part of {free_text}"
-        )
     if not_utf8:
         out.notes.append(f"{not_utf8:,} bytes are not UTF-8: they were read as U+FFFD (\ufffd)")
     return out
@@ -389,13 +368,10 @@ def _line_table(path: Path, sep: str) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return np.concatenate(numbers), np.concatenate(lengths), np.concatenate(seps), first
 
 
-def _read_unquoted_fast(
-    path: Path, sep: str, progress: Callable[[int], None] | None, repairable: bool = False
-) -> RawColumns | None:
+def _read_unquoted_fast(path: Path, sep: str, progress: Callable[[int], None] | None) -> RawColumns | None:
     """The fast path for unquoted files (sacct -P): pyarrow's multi-threaded CSV parser does the splitting.
     Line numbers come from a numpy pass over the bytes, made only when some row turns out bad.
-    None means: use the general path (also when `repairable` and a row has too many fields, which the
-    general path rebuilds)."""
+    None means: use the general path."""
     import pyarrow.csv as pacsv
 
     with open(path, "rb") as fh:
@@ -467,8 +443,6 @@ def _read_unquoted_fast(
         rows = numbers[1:][valid]
         return (rows, bad) if len(rows) == n else None
 
-    if repairable and any(c > ncols for c in invalid):
-        return None
     if invalid:
         # Some rows have the wrong number of fields: number every line now to report them.
         got = numbering()
@@ -484,31 +458,6 @@ def _read_unquoted_fast(
     return RawColumns(str(path), header, pieces, lazy_lines, [], num_rows=n)
 
 
-def _rebuild_rows(
-    lines: pa.Array, numbers: np.ndarray, sep: str, ncols: int, free_col: int, bad: list[tuple[int, str]]
-) -> tuple[list[pa.Array], np.ndarray, int]:
-    """A chunk with rows of too many fields, row by row in file order: such a row's surplus joined back
-    into column `free_col`; other wrong counts go to `bad`. Returns (columns, line numbers, rebuilt)."""
-    rows: list[list[str]] = []
-    nums: list[int] = []
-    rebuilt = 0
-    for line, number in zip(lines.to_pylist(), numbers.tolist(), strict=True):
-        text = line or ""
-        fields = text.split(sep)
-        if len(fields) > ncols:
-            end = free_col + len(fields) - ncols + 1
-            fields = [*fields[:free_col], sep.join(fields[free_col:end]), *fields[end:]]
-            rebuilt += 1
-        elif len(fields) != ncols:
-            if text.strip():  # a blank line is no row
-                bad.append((int(number), _count_reason(len(fields), ncols)))
-            continue
-        rows.append(fields)
-        nums.append(int(number))
-    cols = [pa.array([r[i] for r in rows], pa.string()) for i in range(ncols)]
-    return cols, np.asarray(nums, dtype=np.int64), rebuilt
-
-
 def _header_fields(line: str, sep: str, quoting: bool) -> list[str]:
     if quoting:
         try:
@@ -519,7 +468,8 @@ def _header_fields(line: str, sep: str, quoting: bool) -> list[str]:
 
 
 def _count_reason(found: int, expected: int) -> str:
-    return f"expected {expected} fields, found {found}"
+    more = " (a separator inside a value, such as a job name?)" if found > expected else ""
+    return f"expected {expected} fields, found {found}{more}"
 
 
 def head_fields(head: bytes, sep: str) -> list[str]:
