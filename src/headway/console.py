@@ -12,9 +12,18 @@ from typing import Any, NoReturn
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
+
+
+def plain(value: object) -> Text:
+    """A value from the data (a job, user, group or partition name, an id, a file path) as Rich shows it:
+    its own characters, never read as markup. Put it in a table cell or a title, or join it with
+    `Text.assemble`; inside an f-string printed with markup, use `escape` instead. (`[/]` as markup
+    crashes with a MarkupError, `[red]x` prints as a red `x`, `[bold]` prints nothing.)"""
+    return Text(str(value))
 
 
 def print_table(table: Any, console: Console | None = None) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from headway.audit.compute import BY_TITLES
-from headway.console import print_table
+from headway.console import plain, print_table
 from headway.schema import OUTCOME_OF, State
 
 WEEKS_SHOWN = 26
@@ -100,7 +101,7 @@ def render_terminal(report: dict[str, Any], console: Console) -> None:
         if (w["since"] or w["until"])
         else "all time"
     )
-    of = f" of source {report['source']}" if report.get("source") else ""
+    of = f" of source {escape(report['source'])}" if report.get("source") else ""
     console.print(f"[bold]headway audit[/]: jobs{of} submitted {span}, auditing {scope}")
     console.print(f"{t['jobs']:,} jobs, {t['gpu_jobs']:,} GPU jobs, {gh(t['gpu_hours'])} GPU-hours", end="")
     if t["first_submit"]:
@@ -109,7 +110,7 @@ def render_terminal(report: dict[str, Any], console: Console) -> None:
         )
     console.print()
     for n in report["notes"]:
-        console.print(f"[yellow]note:[/] {n}")
+        console.print(f"[yellow]note:[/] {escape(n)}")  # notes name sources: plain text
     if t["audited_jobs"] == 0:
         windowed = bool(w["since"] or w["until"])
         if not t["jobs"]:  # (jobs without a GPU: the notes above already say --include-cpu)
@@ -180,7 +181,7 @@ def _top(r: dict[str, Any], console: Console) -> None:
     for row in rows:
         cr = row["completion_rate"]
         tab.add_row(
-            str(row["key"])[:28],
+            plain(str(row["key"])[:28]),  # a user, name or group as written, never markup
             f"{row['jobs']:,}",
             gh(row["gpu_hours"]),
             gh(row["wasted_gpu_hours"]),
@@ -214,8 +215,8 @@ def _repeats(r: dict[str, Any], console: Console) -> None:
     for row in rf["rows"]:
         what = row["name"] if row["name"] is not None else f"group {row['group']}"
         tab.add_row(
-            str(row["user"])[:16],
-            str(what)[:30],
+            plain(str(row["user"])[:16]),
+            plain(str(what)[:30]),
             f"{row['failures']:,}",
             gh(row["gpu_hours"]),
             (row["last"] or "–")[:16].replace("T", " "),
@@ -270,7 +271,7 @@ def _timeouts(r: dict[str, Any], console: Console) -> None:
         f"median use {pct(oa['median_used_share'])}"
     )
     for a in oa["by_user"]:
-        console.print(f"  [bold]{a['user']}[/]: {a['advice']}")
+        console.print(f"  [bold]{escape(str(a['user']))}[/]: {escape(a['advice'])}")
 
 
 def _wait_row(v: dict[str, Any]) -> list[str]:
@@ -312,7 +313,7 @@ def _waiting(r: dict[str, Any], console: Console) -> None:
     print_table(tab, console)
     tab = _table("Queueing delay by user", "user", "jobs", "median", "p90", "max", right=(1, 2, 3, 4))
     for u in wt["by_user"]:
-        tab.add_row(str(u["user"])[:28], *_wait_row(u))
+        tab.add_row(plain(str(u["user"])[:28]), *_wait_row(u))
     print_table(tab, console)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from headway.console import check_output_file, err, fail, fail_unknown_source, out, print_json
 
@@ -142,7 +143,7 @@ def audit(
 
     render_terminal(report, out)
     if html is not None:
-        out.print(f"HTML report written to [bold]{html}[/]")
+        out.print(f"HTML report written to [bold]{escape(str(html))}[/]")
 
 
 def _run(

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from headway.console import err, fail
 
@@ -93,8 +94,8 @@ def daemon(
         fail(str(e))
     if gpus == "auto" and not inv.ids:
         err.print(
-            f"[yellow]warning:[/] no GPUs detected ({inv.note or 'NVML found none'}); only --gpus 0 jobs can "
-            "run. Use --gpus N for N logical GPUs.",
+            f"[yellow]warning:[/] no GPUs detected ({escape(inv.note or 'NVML found none')}); only --gpus 0 "
+            "jobs can run. Use --gpus N for N logical GPUs.",
             markup=True,
         )
     sd = resolve_state_dir(state_dir)

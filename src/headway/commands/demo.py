@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
-from headway.console import check_output_file, err, fail, out, print_json
+from headway.console import check_output_file, err, fail, out, plain, print_json
 
 SAMPLE = "philly_jobs.json.gz"
 SOURCE = "philly"
@@ -57,14 +58,15 @@ def demo(
     render_terminal(report, out)
     out.print()
     others = ingested["jobs_in_store"] - ingested["jobs_stored"]
+    db_s, html_s = escape(str(db)), escape(str(html))  # paths as written, never as markup
     if others > 0:
         out.print(
-            f"[yellow]note:[/] {db} also holds {others:,} other jobs; the audit above covers the sample only "
-            f"(source {SOURCE}; `headway audit --db {db}` audits them all)."
+            f"[yellow]note:[/] {db_s} also holds {others:,} other jobs; the audit above covers the sample "
+            f"only (source {SOURCE}; `headway audit --db {db_s}` audits them all)."
         )
-    out.print(f"[dim]{CITATION.format(attribution=sample.parent / 'ATTRIBUTION.md')}[/]")
-    out.print(f"Jobs stored in [bold]{db}[/] (query it: headway audit --db {db} --by group).")
-    out.print(f"HTML report written to [bold]{html}[/] (open it in a browser; it works offline).")
+    out.print(f"[dim]{escape(CITATION.format(attribution=sample.parent / 'ATTRIBUTION.md'))}[/]")
+    out.print(f"Jobs stored in [bold]{db_s}[/] (query it: headway audit --db {db_s} --by group).")
+    out.print(f"HTML report written to [bold]{html_s}[/] (open it in a browser; it works offline).")
 
 
 def _ingest_sample(sample: Path, db: Path, *, quiet: bool) -> dict[str, Any]:
@@ -91,7 +93,7 @@ def _ingest_sample(sample: Path, db: Path, *, quiet: bool) -> dict[str, Any]:
     except StoreError as e:
         fail(str(e))
     if not quiet:
-        err.print(f"ingested {stored:,} Philly jobs into {db} ({total:,} jobs in that store)")
+        err.print(plain(f"ingested {stored:,} Philly jobs into {db} ({total:,} jobs in that store)"))
     return {
         "format": res.format,
         "source": SOURCE,

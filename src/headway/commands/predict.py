@@ -12,9 +12,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from headway.console import check_output_file, err, fail, fail_unknown_source, out, print_json, print_table
+from headway.console import (
+    check_output_file,
+    err,
+    fail,
+    fail_unknown_source,
+    out,
+    plain,
+    print_json,
+    print_table,
+)
 
 if TYPE_CHECKING:
     from headway.predict.features import FeatureFrame
@@ -81,7 +92,7 @@ def _load(
     names = sorted(str(s) for s in pc.unique(table.column("source")).to_pylist())
     if source is None and len(names) > 1:  # their histories interleave as one cluster's: rarely meant
         err.print(
-            f"note: the store holds {len(names)} sources ({', '.join(names)}), taken here as one "
+            f"note: the store holds {len(names)} sources ({escape(', '.join(names))}), taken here as one "
             "cluster's history; --source NAME uses one"
         )
     with _step(f"computing causal features for {table.num_rows:,} jobs", quiet):
@@ -144,7 +155,7 @@ def train(
     missing = {"p_success", "runtime_q90", "ttf_q50"} - set(model.meta["models"])
     if missing:
         out.print(f"too few examples for {', '.join(sorted(missing))}: those use running medians / rates")
-    out.print(f"wrote {out_path}")
+    out.print(plain(f"wrote {out_path}"))
 
 
 def _fmt(v: Any, digits: int = 3) -> str:
@@ -561,9 +572,10 @@ def show(
         print_json(result)
         return
     who = f"job {job_id}" if job_id else "pending job"
-    out.print(f"[bold]{who}[/] user={job['user']} name={job['name']} gpus={job['gpus']:g}", markup=True)
+    # the id, user and name as stored or given (`--name '[/]'`), never read as markup
+    out.print(Text.assemble((who, "bold"), f" user={job['user']} name={job['name']} gpus={job['gpus']:g}"))
     if note:
-        out.print(note)
+        out.print(plain(note))
     out.print(f"  P(completes)          {_percent(p_s)}")
     out.print(f"  runtime if it does    {duration(rt_s)} (p90 {duration(p90)})")
     out.print(f"  time to failure       {duration(ttf_s)}")
@@ -582,10 +594,12 @@ def show(
     for key, rs in reasons.items():
         out.print(f"[bold]what drove the {titles[key]} prediction[/]", markup=True)
         for r in rs:
-            out.print(f"  - {r['words']} ({r['direction']})")
+            out.print(plain(f"  - {r['words']} ({r['direction']})"))  # words quote a partition or group
     if job_id is not None and job.get("state"):
         ran = job.get("runtime")
-        out.print(f"what happened: {job['state']}" + (f" after {duration(ran)}" if ran is not None else ""))
+        out.print(
+            plain(f"what happened: {job['state']}" + (f" after {duration(ran)}" if ran is not None else ""))
+        )
 
 
 STALE_STORE_S = 30 * 86400.0

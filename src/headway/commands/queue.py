@@ -18,9 +18,10 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from headway.commands.daemon import StateDirOpt
-from headway.console import err, fail, out, print_json, print_table
+from headway.console import err, fail, out, plain, print_json, print_table
 from headway.local.client import ClientError, DaemonUnreachable, request
 from headway.local.durations import format_elapsed, parse_duration
 from headway.local.paths import resolve_state_dir
@@ -91,7 +92,7 @@ def submit(
     if as_json:
         print_json({"id": reply["id"], "name": reply["name"], "user": reply["user"]})
     else:
-        out.print(f"Submitted job {reply['id']} ({reply['name']})")
+        out.print(plain(f"Submitted job {reply['id']} ({reply['name']})"))  # a name such as '[/]' as written
 
 
 def _elapsed(j: dict[str, Any], now: float) -> str:
@@ -138,14 +139,14 @@ def queue(
             reason = j["reason"] or "-"
         else:
             reason = j["state"] + (f"({j['exit_code']})" if j["exit_code"] not in (None, 0) else "")
-        t.add_row(
+        t.add_row(  # names, users and reasons as written, never as markup
             str(j["id"]),
-            j["name"][:24],
-            j["user"],
+            plain(j["name"][:24]),
+            plain(j["user"]),
             j["st"],
             _elapsed(j, now),
             str(j["gpus"]),
-            reason,
+            plain(reason),
             str(j["rank"]) if j.get("rank") else "-",
             _pct(j["p_success"]),
         )
@@ -168,7 +169,11 @@ def why(
         print_json(reply)
         return
     j = reply["job"]
-    out.print(f"[bold]job {j['id']}[/] ({j['name']}, {j['user']}, {j['gpus']} GPU(s)): {j['state']}")
+    out.print(
+        Text.assemble(
+            (f"job {j['id']}", "bold"), f" ({j['name']}, {j['user']}, {j['gpus']} GPU(s)): {j['state']}"
+        )
+    )
     for line in reply["explanation"]:
         out.print(("  " if not line.startswith("  ") else "") + line, markup=False, soft_wrap=True)
 
@@ -206,7 +211,7 @@ def cancel(
             if r["error"]:
                 err.print(f"[bold red]error:[/] {escape(r['error'])}", markup=True, highlight=False)
             else:
-                out.print(r["note"] or f"job {r['id']}: cancel requested ({r['state']})")
+                out.print(plain(r["note"] or f"job {r['id']}: cancel requested ({r['state']})"))
     if any(r["error"] for r in results):
         raise typer.Exit(1)
 
@@ -310,8 +315,8 @@ def history(
             wait = format_elapsed(j["start_ts"] - j["submit_ts"])
         t.add_row(
             str(j["id"]),
-            j["name"][:24],
-            j["user"],
+            plain(j["name"][:24]),
+            plain(j["user"]),
             j["state"],
             "-" if j["exit_code"] is None else str(j["exit_code"]),
             str(j["gpus"]),

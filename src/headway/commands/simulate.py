@@ -26,6 +26,7 @@ from headway.console import (
     fail,
     fail_unknown_source,
     out,
+    plain,
     print_json,
     print_skipped,
     print_table,
@@ -725,12 +726,15 @@ def _explain_tables(results: Sequence[SimResult], job_id: str) -> tuple[list[Tab
             f"{r.policy}: job {job_id} submitted at {fmt_seconds(job.get('submit'))}, "
             f"{started} ({len(recs)} scheduling passes while it waited)"
         )
-        t = Table(title=title, caption="one row per stretch of passes in the same tier and reservation state")
+        t = Table(  # the job id as given to --explain, never as markup
+            title=escape(title),
+            caption="one row per stretch of passes in the same tier and reservation state",
+        )
         for c in ("from", "to", "passes", "rank", "resv. at"):
             t.add_column(c, justify="right", no_wrap=True)
         t.add_column("why (its last pass)", justify="left", ratio=1, min_width=20)
         for row in _stretch_rows(recs):
-            t.add_row(*row)
+            t.add_row(*row[:-1], plain(row[-1]))
         tables.append(t)
     return tables, data
 
@@ -810,7 +814,9 @@ def simulate(
     spec = build_cluster(nodes, gpus_per_node, nodes_per_rack, cluster, nodes_file)
     if not as_json:
         info.report()
-        err.print(f"{info.label}: {info.jobs:,} jobs ({info.format}); simulating {', '.join(policies)}")
+        err.print(
+            plain(f"{info.label}: {info.jobs:,} jobs ({info.format}); simulating {', '.join(policies)}")
+        )
     results = run_policies(
         jobs,
         spec,
@@ -869,11 +875,13 @@ def simulate(
     print_table(
         comparison_table(
             metrics,
-            f"{Path(info.label).name}: {info.jobs:,} jobs, {capacity:g} GPUs, {load_txt} "
-            + (
-                f"(offered {offered:.3g})"
-                if math.isfinite(offered)
-                else "(no offered load: no arrival rate, or no GPU-hours)"
+            escape(  # the trace's file name as written, never as markup
+                f"{Path(info.label).name}: {info.jobs:,} jobs, {capacity:g} GPUs, {load_txt} "
+                + (
+                    f"(offered {offered:.3g})"
+                    if math.isfinite(offered)
+                    else "(no offered load: no arrival rate, or no GPU-hours)"
+                )
             ),
         )
     )
@@ -885,13 +893,13 @@ def simulate(
     if figs:
         print_table(_reference_table(doc["reference"]["rows"], load_txt))
     if left_out is not None:
-        why = f"job {escape(str(explain))} was left out of the simulation: {left_out}"
+        why = escape(f"job {explain} was left out of the simulation: {left_out}")
         out.print(f"[yellow]--explain:[/] {why}")
     for t in explain_tables:
         print_table(t)
     if html_out is not None:  # last: a write that fails still leaves the results on the screen
         _write_html(html_out, results, metrics, info, capacity, load, figs)
-        out.print(f"wrote {html_out}")
+        out.print(plain(f"wrote {html_out}"))
 
 
 def _ratios(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:
@@ -1027,7 +1035,7 @@ def sweep(
     if not as_json:
         info.report()
         where = scheduler or f"a local Dask cluster of {workers} processes"
-        err.print(f"{info.label}: {info.jobs:,} jobs; {len(cells)} simulations on {where}")
+        err.print(plain(f"{info.label}: {info.jobs:,} jobs; {len(cells)} simulations on {where}"))
     t0 = time.perf_counter()
     with _progress(as_json) as progress:
         task = progress.add_task("sweep", total=len(cells))
@@ -1079,7 +1087,7 @@ def sweep(
         )
         return
     t = Table(
-        title=f"{Path(info.label).name}: median over {len(seed_list)} seeds",
+        title=escape(f"{Path(info.label).name}: median over {len(seed_list)} seeds"),
         caption="below each median: half the min-max range over seeds, as % of the median (the seed "
         "reaches only the predictor's training: a policy that reads no predictions runs once)",
         caption_justify="left",
@@ -1177,9 +1185,9 @@ def synth(
     if as_json:
         print_json(summary)
         return
-    out.print(f"wrote {table.num_rows:,} jobs to {out_path} ({fmt}) in {gen_s:.2f} s to generate")
+    out.print(plain(f"wrote {table.num_rows:,} jobs to {out_path} ({fmt}) in {gen_s:.2f} s to generate"))
     out.print("states: " + ", ".join(f"{k} {v:,}" for k, v in sorted(states.items())))
-    out.print(summary["ingest"])
+    out.print(plain(summary["ingest"]))
 
 
 def _value_counts(pc: Any, col: Any) -> tuple[list[Any], list[Any]]:
