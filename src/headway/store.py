@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
 from types import TracebackType
@@ -33,6 +34,23 @@ class StoreError(RuntimeError):
     """A store problem worth one clear line to the user (bad path, locked file, not a DuckDB file)."""
 
 
+class ReusedIdError(StoreError):
+    """Stored job ids that the incoming rows give to different jobs: another cluster's ids under the same
+    source (every Slurm cluster counts from 1), or ids restarted by a controller reset. Replacing them
+    would lose the stored jobs without a word, so nothing of the batch is stored."""
+
+
+# A stored row and an incoming row of one (source, job_id) that are not the same job: another user, or
+# another submit time. Slurm resets Submit when it requeues a job (sacct's man page), so a later submit at
+# or after the stored start, under the same name, is the same job requeued (the incremental sacct reads
+# of `--from-slurm` and `slurm sync` see that), not another one.
+_DIFFERENT_JOB = """(
+    (j."user" IS NOT NULL AND n."user" IS NOT NULL AND j."user" <> n."user")
+    OR (j.submit_time IS NOT NULL AND n.submit_time IS NOT NULL AND j.submit_time <> n.submit_time
+        AND NOT coalesce(n.submit_time >= j.start_time AND j.name IS NOT DISTINCT FROM n.name, false))
+)"""
+
+
 def default_db_path() -> Path:
     return Path(os.environ.get("HEADWAY_DB") or DEFAULT_DB)
 
@@ -56,6 +74,8 @@ class JobStore:
         if not read_only:
             self._ensure_schema()
         self.last_repeats = 0  # rows of the last `upsert` that repeated an earlier row's (source, job_id)
+        self.last_added = 0  # jobs the last `upsert` added to the store
+        self.last_updated = 0  # stored jobs the last `upsert` replaced by a newer row of the same job
 
     def _ensure_schema(self) -> None:
         cols = ", ".join(f"{_q(f.name)} {_DUCK_TYPES[f.type]}" for f in JOB_SCHEMA)
@@ -77,10 +97,13 @@ class JobStore:
     def close(self) -> None:
         self.con.close()
 
-    def upsert(self, table: pa.Table) -> int:
-        """Insert jobs, replacing any stored job with the same (source, job_id); one transaction."""
+    def upsert(self, table: pa.Table, *, refuse_reused_ids: bool = False) -> int:
+        """Insert jobs, replacing any stored job with the same (source, job_id); one transaction.
+
+        With `refuse_reused_ids`, raise ReusedIdError (storing nothing) when a stored id would be replaced
+        by a different job (_DIFFERENT_JOB) instead of replacing it."""
         table = conform(table)
-        self.last_repeats = 0
+        self.last_repeats = self.last_added = self.last_updated = 0
         if table.num_rows == 0:
             return 0
         self.con.register("_incoming", table)
@@ -99,15 +122,24 @@ class JobStore:
                     "FROM (SELECT *, row_number() OVER () AS rowid_ FROM _incoming)) WHERE _rn = 1"
                 )
                 src = "_new"
+            row = self.con.execute(f"SELECT count(*) FROM {src}").fetchone()
+            n_new = int(row[0]) if row else 0
             # Replacing needs a join against the stored jobs; an empty store (a first ingest) skips it.
             if self.con.execute("SELECT 1 FROM jobs LIMIT 1").fetchone():
+                on = f"FROM jobs j JOIN {src} n ON j.source = n.source AND j.job_id = n.job_id"
+                got = self.con.execute(
+                    f"SELECT count(*), count(*) FILTER (WHERE {_DIFFERENT_JOB}) {on}"
+                ).fetchone()
+                matched, reused = (int(got[0]), int(got[1])) if got else (0, 0)
+                if reused and refuse_reused_ids:
+                    raise ReusedIdError(self._reused_message(on, reused))
+                self.last_updated = matched
                 self.con.execute(
                     f"DELETE FROM jobs USING {src} AS n "
                     "WHERE jobs.source = n.source AND jobs.job_id = n.job_id"
                 )
             cols = ", ".join(_q(c) for c in FIELD_NAMES)
             self.con.execute(f"INSERT INTO jobs ({cols}) SELECT {cols} FROM {src}")
-            row = self.con.execute(f"SELECT count(*) FROM {src}").fetchone()
             self.con.execute("DROP TABLE IF EXISTS _new")
             self.con.execute("COMMIT")
         except Exception:
@@ -115,7 +147,26 @@ class JobStore:
             raise
         finally:
             self.con.unregister("_incoming")
-        return int(row[0]) if row else 0
+        self.last_added = n_new - self.last_updated
+        return n_new
+
+    def _reused_message(self, on: str, reused: int) -> str:
+        """One line: how many stored ids the batch gives to other jobs, with the first as an example."""
+        ex = self.con.execute(
+            f'SELECT j.source, j.job_id, j.submit_time, j."user", n.submit_time, n."user" {on} '
+            f"WHERE {_DIFFERENT_JOB} ORDER BY j.job_id LIMIT 1"
+        ).fetchone()
+        assert ex is not None
+
+        def who(submit: dt.datetime | None, user: str | None) -> str:
+            when = submit.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ") if submit else "?"
+            return f"submitted {when} by {user if user is not None else '?'}"
+
+        s = "" if reused == 1 else "s"
+        return (
+            f"{reused:,} job id{s} of source '{ex[0]}' already stored belong to different jobs in this "
+            f"input (job {ex[1]}: stored {who(ex[2], ex[3])}, incoming {who(ex[4], ex[5])})"
+        )
 
     def record_ingest(
         self, path: str, fmt: str, source: str, rows_read: int, jobs: int, bad_rows: int

@@ -108,6 +108,13 @@ def ingest(
             "headway runs sacct in UTC)."
         ),
     ] = None,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            help="Replace stored jobs whose job id a file gives to a different job (another submit time or "
+            "user). Without it such a file is refused: give each cluster its own --source instead."
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary only.")] = False,
     show_bad: Annotated[int, typer.Option(help="How many bad rows to print per file.", min=0)] = 20,
 ) -> None:
@@ -165,7 +172,7 @@ def ingest(
         fail(str(e))
     try:
         with store:
-            summary = _ingest_all(store, inputs, fmt, fmt_for_slurm, opts, as_json, show_bad)
+            summary = _ingest_all(store, inputs, fmt, fmt_for_slurm, opts, as_json, show_bad, replace)
             total = store.count()
     finally:
         for kind, path, _ in inputs:
@@ -181,11 +188,12 @@ def ingest(
             raise typer.Exit(1)
         return
     t = Table(title=f"ingested into {escape(str(store.path))}")
-    for col in ("file", "format", "rows", "jobs stored", "bad rows", "missing fields"):
-        t.add_column(col, justify="right" if col in ("rows", "jobs stored", "bad rows") else "left")
+    numbers = ("rows", "jobs stored", "new", "updated", "bad rows")
+    for col in ("file", "format", *numbers, "missing fields"):
+        t.add_column(col, justify="right" if col in numbers else "left")
     for s in summary:
         if s.get("error"):
-            t.add_row(escape(str(s["path"])), "[red]failed[/]", "-", "0", "-", "-")
+            t.add_row(escape(str(s["path"])), "[red]failed[/]", "-", "0", "0", "0", "-", "-")
             continue
         missing = s["missing_fields"]
         assert isinstance(missing, list)
@@ -194,6 +202,8 @@ def ingest(
             str(s["format"]),
             f"{s['rows_read']:,}",
             f"{s['jobs_stored']:,}",
+            f"{s['jobs_added']:,}",
+            f"{s['jobs_updated']:,}",
             f"{s['bad_rows']:,}",
             ", ".join(missing) or "-",
         )
@@ -209,7 +219,7 @@ def ingest(
             err.print(f"error: {escape(str(s['error']))}", highlight=False)
         stored = len(summary) - len(failed)
         fail(
-            f"{len(failed)} of {len(summary)} files could not be read and stored nothing"
+            f"{len(failed)} of {len(summary)} files could not be read or stored, and stored nothing"
             + (f"; the other {stored} {'was' if stored == 1 else 'were'} stored" if stored else "")
         )
 
@@ -258,7 +268,10 @@ def _ingest_all(
     opts: ReadOptions,
     as_json: bool,
     show_bad: int,
+    replace: bool = False,
 ) -> list[dict[str, object]]:
+    from headway.store import ReusedIdError
+
     summary: list[dict[str, object]] = []
     for kind, path, where in inputs:
         use_fmt = fmt_for_slurm if kind == "slurm" else fmt
@@ -285,7 +298,17 @@ def _ingest_all(
             if res.table.num_rows
             else res.format
         )
-        stored = store.upsert(res.table)
+        try:
+            stored = store.upsert(res.table, refuse_reused_ids=not replace)
+        except ReusedIdError as e:
+            error = (
+                f"{where}: {e}; nothing from it was stored. Ingest each cluster under its own --source NAME "
+                "(or pass --replace if the stored jobs are to go)"
+            )
+            if opts.strict or len(inputs) == 1:
+                fail(error)
+            summary.append({"path": label, "error": error, "jobs_stored": 0, "notes": []})
+            continue
         if store.last_repeats:  # (counted by the upsert's own duplicate check)
             why = " (requeued jobs in `sacct -D` output look like this)" if res.format == "sacct" else ""
             res.notes.append(
@@ -300,6 +323,8 @@ def _ingest_all(
                 "source": src,
                 "rows_read": res.rows_read,
                 "jobs_stored": stored,
+                "jobs_added": store.last_added,
+                "jobs_updated": store.last_updated,
                 "bad_rows": res.bad_row_count,
                 "missing_fields": res.missing_fields,
                 "notes": res.notes,

@@ -1,0 +1,119 @@
+"""Ingesting into a store that already holds jobs: what replaces a stored job, and what must not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+from typer.testing import CliRunner
+
+from headway.cli import app
+
+HEADER = (
+    "State|JobID|User|Account|JobName|Partition|QOS|ExitCode|Submit|Start|End|Elapsed|Timelimit|AllocTRES"
+)
+TRES = "billing=4,cpu=4,gres/gpu=2,mem=32G,node=1"
+
+
+def row(
+    state: str,
+    job_id: str,
+    user: str = "ann",
+    submit: str = "2026-03-02T09:00:00",
+    start: str = "2026-03-02T10:00:00",
+    end: str = "2026-03-02T11:00:00",
+    name: str = "train",
+) -> str:
+    return f"{state}|{job_id}|{user}|ml|{name}|gpu|normal|0:0|{submit}|{start}|{end}|01:00:00|02:00:00|{TRES}"
+
+
+def write(path: Path, *rows: str) -> Path:
+    path.write_text("\n".join([HEADER, *rows]) + "\n")
+    return path
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, list(args))
+    return res.exit_code, res.stdout, res.stderr
+
+
+def ingest(db: Path, log: Path, *extra: str) -> tuple[int, str, str]:
+    return run("ingest", str(log), "--format", "sacct", "--tz", "UTC", "--db", str(db), *extra)
+
+
+def stored(db: Path) -> dict[tuple[str, str], tuple[str, str]]:
+    """(source, job_id) -> (user, state) of every stored job."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        rows = con.execute('SELECT source, job_id, "user", state FROM jobs').fetchall()
+    finally:
+        con.close()
+    return {(r[0], r[1]): (r[2], r[3]) for r in rows}
+
+
+def test_a_second_cluster_reusing_job_ids_is_refused_instead_of_replacing_the_first(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    a = write(tmp_path / "a.txt", row("COMPLETED", "1"), row("COMPLETED", "2"), row("FAILED", "3"))
+    b = write(
+        tmp_path / "b.txt",
+        row("COMPLETED", "1", user="bob", submit="2026-04-01T09:00:00", start="2026-04-01T10:00:00",
+            end="2026-04-01T11:00:00"),
+        row("COMPLETED", "2", user="bob", submit="2026-04-01T09:00:00", start="2026-04-01T10:00:00",
+            end="2026-04-01T11:00:00"),
+        row("COMPLETED", "9", user="bob"),
+    )  # fmt: skip
+    assert ingest(db, a)[0] == 0
+    code, _, err = ingest(db, b)
+    assert code == 1
+    line = " ".join(err.split())
+    assert "2 job ids of source 'sacct' already stored belong to different jobs" in line
+    assert (
+        "job 1: stored submitted 2026-03-02 09:00:00Z by ann, incoming submitted 2026-04-01 09:00:00Z by bob"
+        in line
+    )
+    assert "nothing from it was stored" in line and "--source" in line and "--replace" in line
+    assert stored(db) == {
+        ("sacct", i): ("ann", s) for i, s in (("1", "COMPLETED"), ("2", "COMPLETED"), ("3", "FAILED"))
+    }
+    # Named per cluster, both are kept; --replace is the way to let the stored jobs go.
+    assert ingest(db, b, "--source", "beta")[0] == 0
+    assert len(stored(db)) == 6
+    assert ingest(db, b, "--replace")[0] == 0
+    assert stored(db)[("sacct", "1")] == ("bob", "COMPLETED")
+
+
+def test_reingesting_a_newer_snapshot_updates_its_jobs_silently_and_says_how_many_were_new(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "s.duckdb"
+    old = write(
+        tmp_path / "old.txt",
+        row("RUNNING", "1", end="Unknown"),
+        row("PENDING", "2", start="Unknown", end="Unknown"),
+    )
+    new = write(tmp_path / "new.txt", row("COMPLETED", "1"), row("FAILED", "2"), row("COMPLETED", "3"))
+    assert ingest(db, old)[0] == 0
+    code, out, err = ingest(db, new, "--json")
+    assert code == 0, err
+    f = json.loads(out)["files"][0]
+    assert (f["jobs_stored"], f["jobs_added"], f["jobs_updated"]) == (3, 1, 2)
+    assert stored(db)[("sacct", "2")] == ("ann", "FAILED")
+    code, out, _ = ingest(db, new)
+    assert code == 0 and "updated" in out
+    cells = next(c for c in out.splitlines() if "new.txt" in c).split("│")
+    assert [c.strip() for c in cells[4:7]] == ["3", "0", "3"]  # jobs stored, new, updated
+
+
+def test_a_requeued_job_whose_submit_time_slurm_reset_is_the_same_job(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    first = write(tmp_path / "1.txt", row("RUNNING", "7", end="Unknown"))
+    # requeued at 10:30 after starting at 10:00: Slurm resets Submit, the job waits again
+    again = write(
+        tmp_path / "2.txt",
+        row("PENDING", "7", submit="2026-03-02T10:30:00", start="Unknown", end="Unknown"),
+    )
+    assert ingest(db, first)[0] == 0
+    code, _, err = ingest(db, again)
+    assert code == 0, err
+    assert stored(db) == {("sacct", "7"): ("ann", "PENDING")}
