@@ -117,3 +117,23 @@ def test_a_requeued_job_whose_submit_time_slurm_reset_is_the_same_job(tmp_path: 
     code, _, err = ingest(db, again)
     assert code == 0, err
     assert stored(db) == {("sacct", "7"): ("ann", "PENDING")}
+
+
+def test_reingesting_an_older_snapshot_keeps_the_jobs_that_had_ended(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    old = write(
+        tmp_path / "old.txt",
+        row("RUNNING", "1", end="Unknown"),
+        row("PENDING", "2", start="Unknown", end="Unknown"),
+        row("RUNNING", "3", end="Unknown"),
+    )
+    new = write(
+        tmp_path / "new.txt", row("COMPLETED", "1"), row("TIMEOUT", "2"), row("RUNNING", "3", end="Unknown")
+    )
+    assert ingest(db, new)[0] == 0
+    code, out, err = ingest(db, old, "--json")
+    assert code == 0, err
+    f = json.loads(out)["files"][0]
+    assert (f["jobs_stored"], f["jobs_updated"], f["kept_ended"]) == (1, 1, 2)
+    assert any("2 stored jobs had ended" in n and "stored rows were kept" in n for n in f["notes"])
+    assert {k[1]: v[1] for k, v in stored(db).items()} == {"1": "COMPLETED", "2": "TIMEOUT", "3": "RUNNING"}

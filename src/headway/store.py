@@ -10,7 +10,7 @@ from types import TracebackType
 import duckdb
 import pyarrow as pa
 
-from headway.schema import FIELD_NAMES, JOB_SCHEMA, conform
+from headway.schema import ENDED_STATES, FIELD_NAMES, JOB_SCHEMA, conform
 
 DEFAULT_DB = "headway.duckdb"
 
@@ -50,6 +50,15 @@ _DIFFERENT_JOB = """(
         AND NOT coalesce(n.submit_time >= j.start_time AND j.name IS NOT DISTINCT FROM n.name, false))
 )"""
 
+_ENDED = ", ".join(f"'{st.value}'" for st in ENDED_STATES)
+# A stored job that has ended and an incoming row of the same job that has not: an older snapshot (an
+# earlier sacct file ingested again) would turn it back into RUNNING or PENDING, so the stored row stays.
+# A later incoming submit time is a requeue (Slurm resets Submit): then the job really waits again.
+_KEEP_STORED = f"""(
+    j.state IN ({_ENDED}) AND n.state NOT IN ({_ENDED})
+    AND NOT coalesce(n.submit_time > j.submit_time, false) AND NOT {_DIFFERENT_JOB}
+)"""
+
 
 def default_db_path() -> Path:
     return Path(os.environ.get("HEADWAY_DB") or DEFAULT_DB)
@@ -76,6 +85,7 @@ class JobStore:
         self.last_repeats = 0  # rows of the last `upsert` that repeated an earlier row's (source, job_id)
         self.last_added = 0  # jobs the last `upsert` added to the store
         self.last_updated = 0  # stored jobs the last `upsert` replaced by a newer row of the same job
+        self.last_kept_ended = 0  # ended stored jobs kept against a not-ended row (_KEEP_STORED)
 
     def _ensure_schema(self) -> None:
         cols = ", ".join(f"{_q(f.name)} {_DUCK_TYPES[f.type]}" for f in JOB_SCHEMA)
@@ -98,12 +108,13 @@ class JobStore:
         self.con.close()
 
     def upsert(self, table: pa.Table, *, refuse_reused_ids: bool = False) -> int:
-        """Insert jobs, replacing any stored job with the same (source, job_id); one transaction.
+        """Insert jobs, replacing any stored job with the same (source, job_id), except an ended one by a
+        row that has not ended (_KEEP_STORED); one transaction.
 
         With `refuse_reused_ids`, raise ReusedIdError (storing nothing) when a stored id would be replaced
         by a different job (_DIFFERENT_JOB) instead of replacing it."""
         table = conform(table)
-        self.last_repeats = self.last_added = self.last_updated = 0
+        self.last_repeats = self.last_added = self.last_updated = self.last_kept_ended = 0
         if table.num_rows == 0:
             return 0
         self.con.register("_incoming", table)
@@ -128,12 +139,22 @@ class JobStore:
             if self.con.execute("SELECT 1 FROM jobs LIMIT 1").fetchone():
                 on = f"FROM jobs j JOIN {src} n ON j.source = n.source AND j.job_id = n.job_id"
                 got = self.con.execute(
-                    f"SELECT count(*), count(*) FILTER (WHERE {_DIFFERENT_JOB}) {on}"
+                    f"SELECT count(*), count(*) FILTER (WHERE {_DIFFERENT_JOB}), "
+                    f"count(*) FILTER (WHERE {_KEEP_STORED}) {on}"
                 ).fetchone()
-                matched, reused = (int(got[0]), int(got[1])) if got else (0, 0)
+                matched, reused, kept = (int(got[0]), int(got[1]), int(got[2])) if got else (0, 0, 0)
                 if reused and refuse_reused_ids:
                     raise ReusedIdError(self._reused_message(on, reused))
-                self.last_updated = matched
+                if kept:
+                    self.con.execute(
+                        f"CREATE OR REPLACE TEMP TABLE _fresh AS SELECT * FROM {src} n WHERE NOT EXISTS ("
+                        "SELECT 1 FROM jobs j WHERE j.source = n.source AND j.job_id = n.job_id "
+                        f"AND {_KEEP_STORED})"
+                    )
+                    src = "_fresh"
+                self.last_kept_ended = kept
+                self.last_updated = matched - kept
+                n_new -= kept
                 self.con.execute(
                     f"DELETE FROM jobs USING {src} AS n "
                     "WHERE jobs.source = n.source AND jobs.job_id = n.job_id"
@@ -141,6 +162,7 @@ class JobStore:
             cols = ", ".join(_q(c) for c in FIELD_NAMES)
             self.con.execute(f"INSERT INTO jobs ({cols}) SELECT {cols} FROM {src}")
             self.con.execute("DROP TABLE IF EXISTS _new")
+            self.con.execute("DROP TABLE IF EXISTS _fresh")
             self.con.execute("COMMIT")
         except Exception:
             self.con.execute("ROLLBACK")

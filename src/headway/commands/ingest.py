@@ -315,6 +315,13 @@ def _ingest_all(
                 f"{store.last_repeats:,} rows repeat a job id of an earlier row in this file{why}; the last "
                 "row of each job id was kept"
             )
+        if store.last_kept_ended:
+            k = store.last_kept_ended
+            res.notes.append(
+                f"{k:,} stored job{'s' if k != 1 else ''} had ended and this file lists "
+                f"{'them' if k != 1 else 'it'} as still pending or running (an older snapshot?): the "
+                "stored rows were kept"
+            )
         store.record_ingest(label, res.format, src, res.rows_read, stored, res.bad_row_count)
         summary.append(
             {
@@ -325,6 +332,7 @@ def _ingest_all(
                 "jobs_stored": stored,
                 "jobs_added": store.last_added,
                 "jobs_updated": store.last_updated,
+                "kept_ended": store.last_kept_ended,
                 "bad_rows": res.bad_row_count,
                 "missing_fields": res.missing_fields,
                 "notes": res.notes,
