@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -318,3 +321,40 @@ def test_a_strict_ingest_that_fails_on_a_later_file_keeps_what_it_stored(tmp_pat
     assert res.exit_code == 1 and db.exists()
     with JobStore(db, read_only=True) as store:
         assert store.count() == 1
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 3 MiB tmpfs (the tests run as root); skipped where mounting is not permitted."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    try:
+        ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True)
+    except OSError:
+        pytest.skip("no mount command")
+    if ok.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here: " + ok.stderr.decode(errors="replace").strip())
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_full_disk_fails_one_file_with_one_line_and_the_others_are_still_stored(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    db = small_disk / "s.duckdb"
+    first = write(tmp_path / "first.txt", *(sacct_row("COMPLETED", str(i)) for i in range(1, 50)))
+    big = write(tmp_path / "big.txt", *(sacct_row("COMPLETED", str(i)) for i in range(100, 20100)))
+    last = write(tmp_path / "last.txt", *(sacct_row("COMPLETED", str(i)) for i in range(900000, 900050)))
+    assert run("ingest", str(first), "--db", str(db), "--tz", "UTC")[0] == 0
+    # Leave about 200 KB: the big file's rows fit in memory, its commit's write-ahead log does not.
+    st = os.statvfs(small_disk)
+    (small_disk / "filler").write_bytes(b"\0" * (st.f_bavail * st.f_frsize - 200_000))
+    code, out, err = run("ingest", str(big), str(last), "--db", str(db), "--tz", "UTC")
+    assert code == 1
+    line = " ".join(err.split())  # rich wraps long lines
+    assert f"error: STORE: disk full while storing {big}; nothing from it was stored" in line
+    assert "Traceback" not in err + out and "last.txt" in out
+    with JobStore(db, read_only=True) as store:
+        assert store.count() == 49 + 50

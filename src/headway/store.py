@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 from pathlib import Path
@@ -165,10 +166,14 @@ class JobStore:
             self.con.execute("DROP TABLE IF EXISTS _fresh")
             self.con.execute("COMMIT")
         except Exception:
-            self.con.execute("ROLLBACK")
+            # Best effort: a COMMIT that failed (a full disk) has ended the transaction already, and
+            # ROLLBACK's own "no transaction is active" would hide why.
+            with contextlib.suppress(duckdb.Error):
+                self.con.execute("ROLLBACK")
             raise
         finally:
-            self.con.unregister("_incoming")
+            with contextlib.suppress(duckdb.Error):
+                self.con.unregister("_incoming")
         self.last_added = n_new - self.last_updated
         return n_new
 

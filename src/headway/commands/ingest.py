@@ -224,6 +224,18 @@ def ingest(
         )
 
 
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _store_failed(where: str, e: Exception) -> str:
+    """The one line for a store write that failed (the upsert is one transaction: nothing of it stays)."""
+    if "No space left on device" in str(e):
+        return f"STORE: disk full while storing {where}; nothing from it was stored"
+    return f"STORE: cannot store {where}: {_first_line(e)}; nothing from it was stored"
+
+
 def _empty_store(path: Path) -> bool:
     """True only for a job store that holds no job (a failure after an earlier file was stored, or another
     process writing meanwhile, leaves jobs: then it stays)."""
@@ -270,6 +282,8 @@ def _ingest_all(
     show_bad: int,
     replace: bool = False,
 ) -> list[dict[str, object]]:
+    import duckdb
+
     from headway.store import ReusedIdError
 
     summary: list[dict[str, object]] = []
@@ -300,6 +314,12 @@ def _ingest_all(
         )
         try:
             stored = store.upsert(res.table, refuse_reused_ids=not replace)
+        except duckdb.Error as e:  # a full disk, say: one line, and the other files still go on
+            error = _store_failed(where, e)
+            if opts.strict or len(inputs) == 1:
+                fail(error)
+            summary.append({"path": label, "error": error, "jobs_stored": 0, "notes": []})
+            continue
         except ReusedIdError as e:
             error = (
                 f"{where}: {e}; nothing from it was stored. Ingest each cluster under its own --source NAME "
@@ -322,7 +342,10 @@ def _ingest_all(
                 f"{'them' if k != 1 else 'it'} as still pending or running (an older snapshot?): the "
                 "stored rows were kept"
             )
-        store.record_ingest(label, res.format, src, res.rows_read, stored, res.bad_row_count)
+        try:
+            store.record_ingest(label, res.format, src, res.rows_read, stored, res.bad_row_count)
+        except duckdb.Error as e:  # the jobs are in: only the ingest log's line is missing
+            res.notes.append(f"its jobs were stored, but not the line of the ingest log: {_first_line(e)}")
         summary.append(
             {
                 "path": label,
