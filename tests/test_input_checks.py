@@ -6,7 +6,10 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import signal
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -358,3 +361,37 @@ def test_a_full_disk_fails_one_file_with_one_line_and_the_others_are_still_store
     assert "Traceback" not in err + out and "last.txt" in out
     with JobStore(db, read_only=True) as store:
         assert store.count() == 49 + 50
+
+
+def test_ctrl_c_during_ingest_is_one_line_saying_whether_the_file_was_stored_and_exits_130(
+    tmp_path: Path,
+) -> None:
+    n = 100_000
+    log = write(tmp_path / "big.txt", *(sacct_row("COMPLETED", str(i)) for i in range(1, n + 1)))
+    db = tmp_path / "s.duckdb"
+    headway = str(Path(sys.executable).with_name("headway"))
+    p = subprocess.Popen(
+        [headway, "ingest", str(log), "--db", str(db), "--tz", "UTC"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a background shell ignores it
+    )
+    assert p.stderr is not None
+    said = p.stderr.readline()  # "FILE: detected format sacct": it is reading now, storing next
+    time.sleep(0.3)
+    p.send_signal(signal.SIGINT)
+    said += p.stderr.read()
+    assert p.wait(timeout=60) == 130, said
+    line = " ".join(said.split())
+    assert (
+        "Traceback" not in said
+        and "error: interrupted: " in line
+        and "running the same ingest again is safe" in line
+    )
+    if f"the jobs of {log} were stored" in line:
+        with JobStore(db, read_only=True) as store:
+            assert store.count() == n
+    else:
+        assert f"nothing from {log} was stored" in line
+        assert not db.exists()  # a new store left empty is removed

@@ -1,10 +1,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 from pathlib import Path
 
+import pyarrow as pa
+import pytest
+
 from headway.schema import JobRecord, State, records_to_table, table_to_records, with_derived
-from headway.store import JobStore
+from headway.store import Interrupted, JobStore
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -40,3 +45,34 @@ def test_derived_fields_agree_between_record_arrow_and_sql(tmp_db: Path) -> None
         sql = store.con.execute("SELECT runtime, wait, gpu_hours FROM jobs_v").fetchone()
         assert sql == (5400.0, 300.0, 6.0)
         assert table_to_records(store.table()) == [job]
+
+
+def test_an_interrupted_upsert_says_truly_whether_it_stored_and_raises_no_duckdb_error(tmp_db: Path) -> None:
+    n = 300_000
+    ids = pa.array([str(i) for i in range(n)])
+    store = JobStore(tmp_db)
+    stop = threading.Event()
+
+    def press_ctrl_c() -> None:  # DuckDB's own interrupt, as the Python binding issues on SIGINT
+        while not stop.is_set():
+            store.con.interrupt()
+            time.sleep(0.0005)
+
+    presser = threading.Thread(target=press_ctrl_c)
+    presser.start()
+    try:
+        with pytest.raises(Interrupted) as caught:
+            for k in range(20):  # until one lands inside an upsert: each batch under a source of its own
+                batch = {
+                    "job_id": ids,
+                    "state": pa.array(["COMPLETED"] * n),
+                    "source": pa.array([f"t{k}"] * n),
+                }
+                store.upsert(pa.table(batch))
+    finally:
+        stop.set()
+        presser.join()
+        store.close()
+    with JobStore(tmp_db, read_only=True) as after:
+        got = after.con.execute("SELECT count(*) FROM jobs WHERE source = ?", [f"t{k}"]).fetchone()
+    assert got == ((n if caught.value.stored else 0),)

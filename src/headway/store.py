@@ -41,6 +41,21 @@ class ReusedIdError(StoreError):
     would lose the stored jobs without a word, so nothing of the batch is stored."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during an upsert. DuckDB raises it as RuntimeError('Query interrupted'), even after a COMMIT
+    that went through; `stored` says which: all of the batch was stored, or none of it."""
+
+    def __init__(self, stored: bool) -> None:
+        super().__init__("stored" if stored else "not stored")
+        self.stored = stored
+
+
+def _is_interrupt(e: BaseException) -> bool:
+    return isinstance(e, KeyboardInterrupt) or (
+        isinstance(e, RuntimeError | duckdb.Error) and "interrupt" in str(e).lower()
+    )
+
+
 # A stored row and an incoming row of one (source, job_id) that are not the same job: another user, or
 # another submit time. Slurm resets Submit when it requeues a job (sacct's man page), so a later submit at
 # or after the stored start, under the same name, is the same job requeued (the incremental sacct reads
@@ -118,8 +133,9 @@ class JobStore:
         self.last_repeats = self.last_added = self.last_updated = self.last_kept_ended = 0
         if table.num_rows == 0:
             return 0
-        self.con.register("_incoming", table)
+        committing = False
         try:
+            self.con.register("_incoming", table)
             self.con.execute("BEGIN")
             # Last row wins inside one batch too, so a file listing a job twice stores it once. The window
             # (a sort) is only paid when the batch has duplicates: about 40% of a 1M-row ingest otherwise.
@@ -164,12 +180,17 @@ class JobStore:
             self.con.execute(f"INSERT INTO jobs ({cols}) SELECT {cols} FROM {src}")
             self.con.execute("DROP TABLE IF EXISTS _new")
             self.con.execute("DROP TABLE IF EXISTS _fresh")
+            committing = True
             self.con.execute("COMMIT")
-        except Exception:
+        except BaseException as e:
             # Best effort: a COMMIT that failed (a full disk) has ended the transaction already, and
             # ROLLBACK's own "no transaction is active" would hide why.
+            rolled_back = False
             with contextlib.suppress(duckdb.Error):
                 self.con.execute("ROLLBACK")
+                rolled_back = True
+            if _is_interrupt(e):  # no transaction left after COMMIT began: the COMMIT went through
+                raise Interrupted(stored=committing and not rolled_back) from e
             raise
         finally:
             with contextlib.suppress(duckdb.Error):

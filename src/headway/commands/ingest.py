@@ -172,7 +172,11 @@ def ingest(
         fail(str(e))
     try:
         with store:
-            summary = _ingest_all(store, inputs, fmt, fmt_for_slurm, opts, as_json, show_bad, replace)
+            summary: list[dict[str, object]] = []
+            try:
+                _ingest_all(store, inputs, fmt, fmt_for_slurm, opts, as_json, show_bad, replace, summary)
+            except KeyboardInterrupt as e:  # Ctrl-C: one line, not DuckDB's 'Query interrupted' traceback
+                fail(_interrupted(e, inputs[min(len(summary), len(inputs) - 1)][2], summary), code=130)
             total = store.count()
     finally:
         for kind, path, _ in inputs:
@@ -222,6 +226,23 @@ def ingest(
             f"{len(failed)} of {len(summary)} files could not be read or stored, and stored nothing"
             + (f"; the other {stored} {'was' if stored == 1 else 'were'} stored" if stored else "")
         )
+
+
+def _interrupted(e: KeyboardInterrupt, where: str, summary: list[dict[str, object]]) -> str:
+    """Whether the file being ingested was stored, from the store's own answer (store.Interrupted)."""
+    from headway.store import Interrupted
+
+    if isinstance(e, Interrupted) and e.stored:
+        what = f"the jobs of {where} were stored (the interrupt came as they were committed)"
+    else:
+        what = f"nothing from {where} was stored"
+    before = sum(1 for s in summary if not s.get("error"))
+    if before:
+        what += f"; the {before} file(s) before it were stored"
+    return (
+        f"interrupted: {what}. Each file is stored whole or not at all, and ingesting again updates "
+        "rather than duplicates: running the same ingest again is safe"
+    )
 
 
 def _first_line(e: Exception) -> str:
@@ -281,12 +302,14 @@ def _ingest_all(
     as_json: bool,
     show_bad: int,
     replace: bool = False,
+    done: list[dict[str, object]] | None = None,
 ) -> list[dict[str, object]]:
+    """Read and store each input; `done` (the summary, one entry per input so far) is filled as it goes."""
     import duckdb
 
     from headway.store import ReusedIdError
 
-    summary: list[dict[str, object]] = []
+    summary: list[dict[str, object]] = [] if done is None else done
     for kind, path, where in inputs:
         use_fmt = fmt_for_slurm if kind == "slurm" else fmt
         label = "sacct (from Slurm)" if kind == "slurm" else str(path)
