@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -395,3 +397,30 @@ def test_ctrl_c_during_ingest_is_one_line_saying_whether_the_file_was_stored_and
     else:
         assert f"nothing from {log} was stored" in line
         assert not db.exists()  # a new store left empty is removed
+
+
+def test_an_export_killed_midway_leaves_no_half_written_parquet_under_its_name(tmp_path: Path) -> None:
+    db, out = tmp_path / "s.duckdb", tmp_path / "jobs.parquet"
+    n = 100_000
+    rows = (sacct_row("COMPLETED", str(i), user=f"u{i}") for i in range(1, n + 1))
+    assert run("ingest", str(write(tmp_path / "log.txt", *rows)), "--db", str(db), "--tz", "UTC")[0] == 0
+    headway = str(Path(sys.executable).with_name("headway"))
+    p = subprocess.Popen(
+        [headway, "export", "--db", str(db), "--parquet", str(out)], stdout=subprocess.DEVNULL
+    )
+    while p.poll() is None and not out.exists():
+        time.sleep(0.001)
+    p.kill()  # as soon as the name exists: before, that was the moment DuckDB began writing it
+    p.wait()
+    assert not out.exists() or pq.read_metadata(out).num_rows == n
+
+
+def test_exporting_a_database_without_the_job_view_says_it_is_not_a_job_store(tmp_path: Path) -> None:
+    db = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE jobs (job_id VARCHAR)")
+    con.close()
+    code, _, err = run("export", "--db", str(db), "--parquet", str(tmp_path / "out.parquet"))
+    line = " ".join(err.split())
+    assert code == 1 and "not a headway job store, or one made by a headway too old to export" in line
+    assert "Catalog Error" not in line

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import tempfile
 from pathlib import Path
 from types import TracebackType
 
@@ -244,14 +245,32 @@ class JobStore:
             cur.close()
 
     def export_parquet(self, out: str | Path) -> int:
+        """Write every job with its derived fields to `out` through a temp file beside it, renamed over
+        `out` once complete: an export killed or failing midway leaves the old file whole, not half one."""
         out = Path(out)
+        if not self.con.execute("SELECT 1 FROM duckdb_views() WHERE view_name = 'jobs_v'").fetchone():
+            raise StoreError(
+                f"{self.path}: not a headway job store, or one made by a headway too old to export (it has "
+                "no jobs_v view)"
+            )
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".headway-", suffix=".parquet", dir=out.parent)
+        except OSError as e:
+            raise StoreError(f"{out}: cannot write the Parquet file: {e.strerror or e}") from e
+        os.close(fd)
         try:
             self.con.execute(
-                f"COPY (SELECT * FROM jobs_v ORDER BY submit_time, source, job_id) TO '{_sql_str(str(out))}' "
+                f"COPY (SELECT * FROM jobs_v ORDER BY submit_time, source, job_id) TO '{_sql_str(tmp)}' "
                 "(FORMAT PARQUET, COMPRESSION ZSTD)"
             )
-        except duckdb.Error as e:
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, out)
+        except (duckdb.Error, OSError) as e:
+            Path(tmp).unlink(missing_ok=True)
             raise StoreError(f"{out}: cannot write the Parquet file: {str(e).splitlines()[0]}") from e
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
         return self.count()
 
 
