@@ -77,6 +77,20 @@ def test_rows_that_break_the_schemas_rules_are_bad_rows(tmp_path: Path) -> None:
         READER.read(p, ReadOptions(strict=True))
 
 
+def test_an_empty_job_id_is_a_bad_row_as_in_the_text_formats(tmp_path: Path) -> None:
+    """Three rows with '' as their id collapsed into one stored job."""
+    t = generate(5, seed=3)
+    ids = t.column("job_id").to_pylist()
+    ids[1] = ids[2] = ""
+    ids[3] = "  "
+    t = t.set_column(t.schema.get_field_index("job_id"), "job_id", pa.array(ids, pa.string()))
+    p = tmp_path / "ids.parquet"
+    pq.write_table(t, p)
+    res = READER.read(p, ReadOptions())
+    assert res.table.num_rows == 2 and [b.line for b in res.bad_rows] == [2, 3, 4]
+    assert {b.reason for b in res.bad_rows} == {"job_id: empty"}
+
+
 def test_a_parquet_file_of_something_else_is_one_clear_error(tmp_path: Path) -> None:
     p = tmp_path / "other.parquet"
     pq.write_table(pa.table({"a": [1, 2]}), p)

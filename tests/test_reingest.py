@@ -137,3 +137,16 @@ def test_reingesting_an_older_snapshot_keeps_the_jobs_that_had_ended(tmp_path: P
     assert (f["jobs_stored"], f["jobs_updated"], f["kept_ended"]) == (1, 1, 2)
     assert any("2 stored jobs had ended" in n and "stored rows were kept" in n for n in f["notes"])
     assert {k[1]: v[1] for k, v in stored(db).items()} == {"1": "COMPLETED", "2": "TIMEOUT", "3": "RUNNING"}
+
+
+def test_the_same_jobs_under_another_source_are_noted_not_silently_doubled(tmp_path: Path) -> None:
+    log = write(tmp_path / "a.txt", row("COMPLETED", "1"), row("FAILED", "2"))
+    db = str(tmp_path / "s.duckdb")
+    assert run("ingest", str(log), "--db", db, "--source", "clA", "--tz", "UTC")[0] == 0
+    code, out, _ = run("ingest", str(log), "--db", db, "--tz", "UTC", "--json")
+    assert code == 0
+    (f,) = json.loads(out)["files"]
+    assert any(
+        "2 of these jobs (same id and submit time) are also stored under source 'clA'" in n
+        for n in f["notes"]
+    )

@@ -132,6 +132,7 @@ class JobStore:
         by a different job (_DIFFERENT_JOB) instead of replacing it."""
         table = conform(table)
         self.last_repeats = self.last_added = self.last_updated = self.last_kept_ended = 0
+        self.last_other_source: tuple[str, int] | None = None
         if table.num_rows == 0:
             return 0
         committing = False
@@ -155,6 +156,15 @@ class JobStore:
             n_new = int(row[0]) if row else 0
             # Replacing needs a join against the stored jobs; an empty store (a first ingest) skips it.
             if self.con.execute("SELECT 1 FROM jobs LIMIT 1").fetchone():
+                # The same jobs (id and submit time) under another source: the file was ingested before
+                # with another --source (or none), and the store is about to hold them twice.
+                other = self.con.execute(
+                    f"SELECT j.source, count(*) FROM jobs j JOIN {src} n ON j.job_id = n.job_id "
+                    "AND j.submit_time = n.submit_time AND j.source <> n.source "
+                    "GROUP BY j.source ORDER BY count(*) DESC, j.source LIMIT 1"
+                ).fetchone()
+                if other:
+                    self.last_other_source = (str(other[0]), int(other[1]))
                 on = f"FROM jobs j JOIN {src} n ON j.source = n.source AND j.job_id = n.job_id"
                 got = self.con.execute(
                     f"SELECT count(*), count(*) FILTER (WHERE {_DIFFERENT_JOB}), "

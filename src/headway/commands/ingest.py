@@ -61,7 +61,7 @@ def _read_plain(plain: Path, path: Path, fmt: str, opts: ReadOptions, quiet: boo
         console=err,
         transient=True,
     ) as progress:
-        task = progress.add_task(f"reading {path.name}", total=size)
+        task = progress.add_task(f"reading {escape(path.name)}", total=size)
 
         def advance(n: int) -> None:
             progress.update(task, completed=n)
@@ -118,7 +118,8 @@ def ingest(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary only.")] = False,
     show_bad: Annotated[int, typer.Option(help="How many bad rows to print per file.", min=0)] = 20,
 ) -> None:
-    """Read job logs into the job store; re-ingesting a file replaces its jobs instead of duplicating them."""
+    """Read job logs into the job store; re-ingesting a file updates the jobs it lists (never duplicates them,
+    never deletes a stored job the file no longer lists)."""
     if fmt not in FORMATS:
         fail(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if mapping is not None and fmt not in ("csv", "auto"):
@@ -290,7 +291,7 @@ def export(
     if as_json:
         print_json({"parquet": str(parquet), "jobs": n})
     else:
-        out.print(f"wrote {n:,} jobs to {parquet}")
+        out.print(f"wrote {n:,} jobs to {escape(str(parquet))}")
 
 
 def _ingest_all(
@@ -364,6 +365,13 @@ def _ingest_all(
                 f"{k:,} stored job{'s' if k != 1 else ''} had ended and this file lists "
                 f"{'them' if k != 1 else 'it'} as still pending or running (an older snapshot?): the "
                 "stored rows were kept"
+            )
+        if store.last_other_source:
+            other, k = store.last_other_source
+            res.notes.append(
+                f"{k:,} of these jobs (same id and submit time) are also stored under source {other!r}: "
+                f"the store holds them twice, and audits count both; ingest with --source {other} to "
+                "update those instead"
             )
         try:
             store.record_ingest(label, res.format, src, res.rows_read, stored, res.bad_row_count)

@@ -66,7 +66,11 @@ class ParquetReader:
             table.schema.get_field_index("source"), "source", pc.fill_null(table.column("source"), self.name)
         )
         checks = (
-            (pc.is_null(table.column("job_id")), "job_id: empty"),
+            # '' too: three such rows would collapse into one job, as the text readers refuse them.
+            (
+                pc.fill_null(pc.equal(pc.utf8_trim_whitespace(table.column("job_id")), ""), True),
+                "job_id: empty",
+            ),
             (
                 pc.invert(pc.fill_null(pc.is_in(table.column("state"), value_set=_STATES), False)),
                 "state: not a job state",
