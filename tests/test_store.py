@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 import threading
 import time
 from pathlib import Path
@@ -9,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from headway.schema import JobRecord, State, records_to_table, table_to_records, with_derived
-from headway.store import Interrupted, JobStore
+from headway.store import Interrupted, JobStore, StoreError
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -76,3 +77,24 @@ def test_an_interrupted_upsert_says_truly_whether_it_stored_and_raises_no_duckdb
     with JobStore(tmp_db, read_only=True) as after:
         got = after.con.execute("SELECT count(*) FROM jobs WHERE source = ?", [f"t{k}"]).fetchone()
     assert got == ((n if caught.value.stored else 0),)
+
+
+def test_a_database_that_is_not_a_headway_store_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """An unrelated DuckDB file got headway's tables added; a jobs table of another layout failed later
+    with a traceback (or converted types silently)."""
+    import duckdb
+
+    other, old = tmp_path / "other.duckdb", tmp_path / "old.duckdb"
+    with duckdb.connect(str(other)) as c:
+        c.execute("CREATE TABLE t (x INTEGER)")
+    with duckdb.connect(str(old)) as c:
+        c.execute("CREATE TABLE jobs (job_id BIGINT, state VARCHAR)")
+    for path, said in (
+        (other, "without a jobs table (t)"),
+        (old, "job_id BIGINT where headway has job_id VARCHAR"),
+    ):
+        for read_only in (False, True):
+            with pytest.raises(StoreError, match=re.escape(said)):
+                JobStore(path, read_only=read_only)
+    with duckdb.connect(str(other)) as c:
+        assert [r[0] for r in c.execute("SHOW TABLES").fetchall()] == ["t"]

@@ -23,6 +23,7 @@ _DUCK_TYPES = {
     pa.int64(): "BIGINT",
     pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ",
 }
+_DESCRIBED = {"TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE"}  # how DESCRIBE names a type
 
 # Derived fields of DESIGN.md, as SQL over the stored columns (seconds, and GPU-hours).
 DERIVED_SQL = """
@@ -97,12 +98,49 @@ class JobStore:
             self.con = duckdb.connect(str(self.path), read_only=read_only)
         except duckdb.Error as e:
             raise StoreError(f"{self.path}: cannot open the job store: {str(e).splitlines()[0]}") from e
+        self._check_schema()
         if not read_only:
             self._ensure_schema()
         self.last_repeats = 0  # rows of the last `upsert` that repeated an earlier row's (source, job_id)
         self.last_added = 0  # jobs the last `upsert` added to the store
         self.last_updated = 0  # stored jobs the last `upsert` replaced by a newer row of the same job
         self.last_kept_ended = 0  # ended stored jobs kept against a not-ended row (_KEEP_STORED)
+
+    def _check_schema(self) -> None:
+        """Refuse a database that is not a headway job store, before writing to it or reading it: an
+        unrelated DuckDB file got headway's tables added, and a store of another layout (another program,
+        another headway version) failed later with a traceback, or converted types silently."""
+        tables = {
+            str(r[0])
+            for r in self.con.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = 'main' AND table_type = 'BASE TABLE'"
+            ).fetchall()
+        }
+        if not tables:
+            return  # a new store
+        if "jobs" not in tables:
+            self.con.close()
+            raise StoreError(
+                f"{self.path}: a DuckDB database without a jobs table ({', '.join(sorted(tables)[:3])}"
+                f"{', ...' if len(tables) > 3 else ''}): not a headway job store; give another --db"
+            )
+        have = [(str(r[0]), str(r[1])) for r in self.con.execute("DESCRIBE jobs").fetchall()]
+        want = [(f.name, _DESCRIBED.get(_DUCK_TYPES[f.type], _DUCK_TYPES[f.type])) for f in JOB_SCHEMA]
+        if have != want:
+            diff = next(
+                (
+                    f"{h[0]} {h[1]} where headway has {w[0]} {w[1]}"
+                    for h, w in zip(have, want, strict=False)
+                    if h != w
+                ),
+                f"{len(have)} columns where headway has {len(want)}",
+            )
+            self.con.close()
+            raise StoreError(
+                f"{self.path}: its jobs table is not the layout of this headway ({diff}): a store of another "
+                "program or another headway version; ingest the logs into a new store"
+            )
 
     def _ensure_schema(self) -> None:
         cols = ", ".join(f"{_q(f.name)} {_DUCK_TYPES[f.type]}" for f in JOB_SCHEMA)
