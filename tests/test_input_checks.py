@@ -422,5 +422,5 @@ def test_exporting_a_database_without_the_job_view_says_it_is_not_a_job_store(tm
     con.close()
     code, _, err = run("export", "--db", str(db), "--parquet", str(tmp_path / "out.parquet"))
     line = " ".join(err.split())
-    assert code == 1 and "not a headway job store, or one made by a headway too old to export" in line
+    assert code == 1 and "its jobs table is not the layout of this headway" in line
     assert "Catalog Error" not in line
