@@ -6,14 +6,8 @@ import json
 from pathlib import Path
 
 import duckdb
-from typer.testing import CliRunner
 
-from headway.cli import app
-
-HEADER = (
-    "State|JobID|User|Account|JobName|Partition|QOS|ExitCode|Submit|Start|End|Elapsed|Timelimit|AllocTRES"
-)
-TRES = "billing=4,cpu=4,gres/gpu=2,mem=32G,node=1"
+from test_input_checks import TRES, run, write
 
 
 def row(
@@ -26,16 +20,6 @@ def row(
     name: str = "train",
 ) -> str:
     return f"{state}|{job_id}|{user}|ml|{name}|gpu|normal|0:0|{submit}|{start}|{end}|01:00:00|02:00:00|{TRES}"
-
-
-def write(path: Path, *rows: str) -> Path:
-    path.write_text("\n".join([HEADER, *rows]) + "\n")
-    return path
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    res = CliRunner().invoke(app, list(args))
-    return res.exit_code, res.stdout, res.stderr
 
 
 def ingest(db: Path, log: Path, *extra: str) -> tuple[int, str, str]:
