@@ -7,8 +7,10 @@ import datetime as dt
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -424,3 +426,33 @@ def test_exporting_a_database_without_the_job_view_says_it_is_not_a_job_store(tm
     line = " ".join(err.split())
     assert code == 1 and "its jobs table is not the layout of this headway" in line
     assert "Catalog Error" not in line
+
+
+def test_an_export_through_a_link_or_a_fifo_keeps_it_and_a_new_file_follows_the_umask(tmp_path: Path) -> None:
+    """The temp-file-and-rename export replaced a symlink (its target untouched) and a FIFO with plain
+    files, and made every export world-readable whatever the umask."""
+    demo_store = tmp_path / "s.duckdb"
+    rows = (sacct_row("COMPLETED", str(i)) for i in range(1, 6))
+    assert (
+        run("ingest", str(write(tmp_path / "log.txt", *rows)), "--db", str(demo_store), "--tz", "UTC")[0] == 0
+    )
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link.parquet"
+    link.symlink_to(real / "t.parquet")
+    assert run("export", "--db", str(demo_store), "--parquet", str(link))[0] == 0
+    assert link.is_symlink() and pq.read_table(real / "t.parquet").num_rows == 5
+    fifo = tmp_path / "f.parquet"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    assert run("export", "--db", str(demo_store), "--parquet", str(fifo))[0] == 0
+    reader.join(30)
+    assert got and got[0][:4] == b"PAR1" and stat.S_ISFIFO(fifo.stat().st_mode)
+    old = os.umask(0o077)
+    try:
+        assert run("export", "--db", str(demo_store), "--parquet", str(tmp_path / "u.parquet"))[0] == 0
+    finally:
+        os.umask(old)
+    assert (tmp_path / "u.parquet").stat().st_mode & 0o777 == 0o600

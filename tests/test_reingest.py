@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -134,3 +135,60 @@ def test_the_same_jobs_under_another_source_are_noted_not_silently_doubled(tmp_p
         "2 of these jobs (same id and submit time) are also stored under source 'clA'" in n
         for n in f["notes"]
     )
+
+
+def test_an_older_snapshot_of_a_requeued_job_ingested_after_the_newer_one_is_kept_not_refused(
+    tmp_path: Path,
+) -> None:
+    """Slurm reset job 100's submit time when it requeued it; the day before's snapshot (first run still
+    running) was refused as another cluster's job, and --replace then lost the completed run."""
+    db = tmp_path / "s.duckdb"
+    day2 = write(
+        tmp_path / "day2.txt",
+        row(
+            "COMPLETED",
+            "100",
+            submit="2026-03-02T11:00:00",
+            start="2026-03-02T11:10:00",
+            end="2026-03-02T12:00:00",
+        ),
+    )
+    day1 = write(
+        tmp_path / "day1.txt",
+        row("RUNNING", "100", submit="2026-03-02T10:00:00", start="2026-03-02T10:05:00", end="Unknown"),
+    )
+    assert ingest(db, day2)[0] == 0
+    code, out, err = ingest(db, day1, "--json")
+    assert code == 0, err
+    assert stored(db) == {("sacct", "100"): ("ann", "COMPLETED")}
+    assert json.loads(out)["files"][0]["kept_ended"] == 1
+
+
+def shifted(i: int, days: int, hours: int = 0) -> str:
+    """Job i of a small day of jobs, moved by `days` and `hours`."""
+    base = dt.datetime(2026, 3, 2, 8) + dt.timedelta(days=days, hours=hours, minutes=i)
+
+    def at(m: int) -> str:
+        return (base + dt.timedelta(minutes=m)).strftime("%Y-%m-%dT%H:%M:%S")
+
+    return row("COMPLETED", str(i), submit=at(0), start=at(5), end=at(65))
+
+
+def test_a_second_cluster_with_the_same_users_and_names_is_refused_when_most_ids_moved(
+    tmp_path: Path,
+) -> None:
+    """Same users, same job names, times a week later: every shared id "looked like" a requeue, and all of
+    the first cluster's jobs were replaced without a word. A requeued job here and there is an update;
+    most ids moving is another cluster's log (or the same log read in another zone)."""
+    db = tmp_path / "s.duckdb"
+    a = write(tmp_path / "a.txt", *(shifted(i, 0) for i in range(12)))
+    b = write(tmp_path / "b.txt", *(shifted(i, 7) for i in range(12)))
+    assert ingest(db, a)[0] == 0
+    code, _, err = ingest(db, b)
+    line = " ".join(err.split())
+    assert code == 1 and "12 job ids of source 'sacct' already stored belong to different jobs" in line
+    assert "another --tz" in line
+    assert len(stored(db)) == 12
+    # The same log read with another --tz moves every id too.
+    code, _, err = run("ingest", str(a), "--format", "sacct", "--tz", "America/New_York", "--db", str(db))
+    assert code == 1 and "belong to different jobs" in " ".join(err.split())

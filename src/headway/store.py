@@ -58,15 +58,23 @@ def _is_interrupt(e: BaseException) -> bool:
     )
 
 
-# A stored row and an incoming row of one (source, job_id) that are not the same job: another user, or
-# another submit time. Slurm resets Submit when it requeues a job (sacct's man page), so a later submit at
-# or after the stored start, under the same name, is the same job requeued (the incremental sacct reads
-# of `--from-slurm` and `slurm sync` see that), not another one.
-_DIFFERENT_JOB = """(
-    (j."user" IS NOT NULL AND n."user" IS NOT NULL AND j."user" <> n."user")
-    OR (j.submit_time IS NOT NULL AND n.submit_time IS NOT NULL AND j.submit_time <> n.submit_time
-        AND NOT coalesce(n.submit_time >= j.start_time AND j.name IS NOT DISTINCT FROM n.name, false))
-)"""
+# A stored row and an incoming row of one (source, job_id) that are not the same job. Another user (both
+# known) always says so. Another submit time alone does not: Slurm resets Submit when it requeues a job,
+# so two snapshots of one cluster differ there for each requeued job, in either order of ingesting them.
+# What marks another cluster (or the same log read with another --tz) is that most ids moved: see
+# `_mostly_moved`.
+_OTHER_USER = """(j."user" IS NOT NULL AND n."user" IS NOT NULL AND j."user" <> n."user")"""
+_MOVED = """(j.submit_time IS NOT NULL AND n.submit_time IS NOT NULL AND j.submit_time <> n.submit_time)"""
+MOVED_AT_LEAST = 10  # ids whose submit time moved before a batch counts as another cluster's
+
+
+def _mostly_moved(moved: int, matched: int) -> bool:
+    """Whether a batch's moved submit times mark other jobs: at least MOVED_AT_LEAST ids, and most of the
+    ids it shares with the store. A requeued job here and there is an update; a second cluster whose
+    users and job names happen to match, or a --tz change, moves nearly all of them. (A batch sharing
+    fewer ids than that with the store cannot be told apart from requeues.)"""
+    return moved >= MOVED_AT_LEAST and 2 * moved > matched
+
 
 _ENDED = ", ".join(f"'{st.value}'" for st in ENDED_STATES)
 # A stored job that has ended and an incoming row of the same job that has not: an older snapshot (an
@@ -74,7 +82,7 @@ _ENDED = ", ".join(f"'{st.value}'" for st in ENDED_STATES)
 # A later incoming submit time is a requeue (Slurm resets Submit): then the job really waits again.
 _KEEP_STORED = f"""(
     j.state IN ({_ENDED}) AND n.state NOT IN ({_ENDED})
-    AND NOT coalesce(n.submit_time > j.submit_time, false) AND NOT {_DIFFERENT_JOB}
+    AND NOT coalesce(n.submit_time > j.submit_time, false) AND NOT {_OTHER_USER}
 )"""
 
 
@@ -110,16 +118,20 @@ class JobStore:
         """Refuse a database that is not a headway job store, before writing to it or reading it: an
         unrelated DuckDB file got headway's tables added, and a store of another layout (another program,
         another headway version) failed later with a traceback, or converted types silently."""
-        tables = {
-            str(r[0])
+        objects = {
+            (str(r[0]), str(r[1]), str(r[2]))
             for r in self.con.execute(
-                "SELECT table_name FROM information_schema.tables "
-                "WHERE table_schema = 'main' AND table_type = 'BASE TABLE'"
+                "SELECT table_schema, table_name, table_type FROM information_schema.tables "
+                "WHERE table_catalog = current_database()"
             ).fetchall()
         }
-        if not tables:
+        if not objects:
             return  # a new store
-        if "jobs" not in tables:
+        tables = {
+            (name if schema == "main" else f"{schema}.{name}") + (" (a view)" if kind == "VIEW" else "")
+            for schema, name, kind in objects
+        }
+        if ("main", "jobs", "BASE TABLE") not in objects:
             self.con.close()
             raise StoreError(
                 f"{self.path}: a DuckDB database without a jobs table ({', '.join(sorted(tables)[:3])}"
@@ -167,7 +179,7 @@ class JobStore:
         row that has not ended (_KEEP_STORED); one transaction.
 
         With `refuse_reused_ids`, raise ReusedIdError (storing nothing) when a stored id would be replaced
-        by a different job (_DIFFERENT_JOB) instead of replacing it."""
+        by a different job (_OTHER_USER, or `_mostly_moved`) instead of replacing it."""
         table = conform(table)
         self.last_repeats = self.last_added = self.last_updated = self.last_kept_ended = 0
         self.last_other_source: tuple[str, int] | None = None
@@ -201,16 +213,21 @@ class JobStore:
                     "AND j.submit_time = n.submit_time AND j.source <> n.source "
                     "GROUP BY j.source ORDER BY count(*) DESC, j.source LIMIT 1"
                 ).fetchone()
-                if other:
+                # A job or two sharing an id and a submit second by chance is no re-ingest: a tenth of
+                # the batch is.
+                if other and int(other[1]) >= max(2, n_new // 10):
                     self.last_other_source = (str(other[0]), int(other[1]))
                 on = f"FROM jobs j JOIN {src} n ON j.source = n.source AND j.job_id = n.job_id"
                 got = self.con.execute(
-                    f"SELECT count(*), count(*) FILTER (WHERE {_DIFFERENT_JOB}), "
+                    f"SELECT count(*), count(*) FILTER (WHERE {_OTHER_USER}), "
+                    f"count(*) FILTER (WHERE {_MOVED} AND NOT {_OTHER_USER}), "
                     f"count(*) FILTER (WHERE {_KEEP_STORED}) {on}"
                 ).fetchone()
-                matched, reused, kept = (int(got[0]), int(got[1]), int(got[2])) if got else (0, 0, 0)
-                if reused and refuse_reused_ids:
-                    raise ReusedIdError(self._reused_message(on, reused))
+                matched, other_user, moved, kept = (int(x) for x in got) if got else (0, 0, 0, 0)
+                if refuse_reused_ids and (other_user or _mostly_moved(moved, matched)):
+                    cond = _OTHER_USER if other_user else _MOVED
+                    reused = other_user + (moved if _mostly_moved(moved, matched) else 0)
+                    raise ReusedIdError(self._reused_message(on, reused, cond))
                 if kept:
                     self.con.execute(
                         f"CREATE OR REPLACE TEMP TABLE _fresh AS SELECT * FROM {src} n WHERE NOT EXISTS ("
@@ -247,11 +264,11 @@ class JobStore:
         self.last_added = n_new - self.last_updated
         return n_new
 
-    def _reused_message(self, on: str, reused: int) -> str:
+    def _reused_message(self, on: str, reused: int, cond: str) -> str:
         """One line: how many stored ids the batch gives to other jobs, with the first as an example."""
         ex = self.con.execute(
             f'SELECT j.source, j.job_id, j.submit_time, j."user", n.submit_time, n."user" {on} '
-            f"WHERE {_DIFFERENT_JOB} ORDER BY j.job_id LIMIT 1"
+            f"WHERE {cond} ORDER BY j.job_id LIMIT 1"
         ).fetchone()
         assert ex is not None
 
@@ -301,17 +318,28 @@ class JobStore:
                 f"{self.path}: not a headway job store, or one made by a headway too old to export (it has "
                 "no jobs_v view)"
             )
+        copy = (
+            "COPY (SELECT * FROM jobs_v ORDER BY submit_time, source, job_id) TO '{}' "
+            "(FORMAT PARQUET, COMPRESSION ZSTD)"
+        )
+        if out.exists() and not out.is_file():
+            # A FIFO or a device (/dev/stdout) is written through, as asked: renaming a temp file over it
+            # would replace the device node with a plain file.
+            try:
+                self.con.execute(copy.format(_sql_str(str(out))))
+            except duckdb.Error as e:
+                raise StoreError(f"{out}: cannot write the Parquet file: {str(e).splitlines()[0]}") from e
+            return self.count()
+        out = out.resolve() if out.is_symlink() else out  # the link stays; its target is what is written
         try:
             fd, tmp = tempfile.mkstemp(prefix=".headway-", suffix=".parquet", dir=out.parent)
         except OSError as e:
             raise StoreError(f"{out}: cannot write the Parquet file: {e.strerror or e}") from e
         os.close(fd)
         try:
-            self.con.execute(
-                f"COPY (SELECT * FROM jobs_v ORDER BY submit_time, source, job_id) TO '{_sql_str(tmp)}' "
-                "(FORMAT PARQUET, COMPRESSION ZSTD)"
-            )
-            os.chmod(tmp, 0o644)
+            self.con.execute(copy.format(_sql_str(tmp)))
+            # The mode a new file would get (mkstemp's is 0600), or the replaced file's own.
+            os.chmod(tmp, out.stat().st_mode & 0o7777 if out.exists() else 0o666 & ~_umask())
             os.replace(tmp, out)
         except (duckdb.Error, OSError) as e:
             Path(tmp).unlink(missing_ok=True)
@@ -320,6 +348,12 @@ class JobStore:
             Path(tmp).unlink(missing_ok=True)
             raise
         return self.count()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _sql_str(s: str) -> str:

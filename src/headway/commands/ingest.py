@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import pyarrow.compute as pc
 import typer
@@ -171,14 +171,17 @@ def ingest(
         store = JobStore(db)
     except StoreError as e:
         fail(str(e))
+    summary: list[dict[str, object]] = []
     try:
         with store:
-            summary: list[dict[str, object]] = []
             try:
                 _ingest_all(store, inputs, fmt, fmt_for_slurm, opts, as_json, show_bad, replace, summary)
             except KeyboardInterrupt as e:  # Ctrl-C: one line, not DuckDB's 'Query interrupted' traceback
                 fail(_interrupted(e, inputs[min(len(summary), len(inputs) - 1)][2], summary), code=130)
             total = store.count()
+    except KeyboardInterrupt:  # counting, or closing the store (a checkpoint): every file was stored
+        done = sum(1 for s in summary if not s.get("error"))
+        fail(f"interrupted while closing the store: the {done} file(s) ingested were stored", code=130)
     finally:
         for kind, path, _ in inputs:
             if kind == "slurm":
@@ -244,6 +247,16 @@ def _interrupted(e: KeyboardInterrupt, where: str, summary: list[dict[str, objec
         f"interrupted: {what}. Each file is stored whole or not at all, and ingesting again updates "
         "rather than duplicates: running the same ingest again is safe"
     )
+
+
+# The counts of a file that stored nothing: the same keys as a stored one's, so `--json` readers need no
+# special case.
+_NOTHING_STORED: dict[str, Any] = {
+    "jobs_stored": 0,
+    "jobs_added": 0,
+    "jobs_updated": 0,
+    "kept_ended": 0,
+}
 
 
 def _first_line(e: Exception) -> str:
@@ -328,7 +341,7 @@ def _ingest_all(
         if error is not None:
             if opts.strict or len(inputs) == 1:
                 fail(error)
-            summary.append({"path": label, "error": error, "jobs_stored": 0, "notes": []})
+            summary.append({"path": label, "error": error, **_NOTHING_STORED, "notes": []})
             continue
         # A Parquet export keeps each row's own source: name those, not the format.
         src = opts.source or (
@@ -342,16 +355,17 @@ def _ingest_all(
             error = _store_failed(where, e)
             if opts.strict or len(inputs) == 1:
                 fail(error)
-            summary.append({"path": label, "error": error, "jobs_stored": 0, "notes": []})
+            summary.append({"path": label, "error": error, **_NOTHING_STORED, "notes": []})
             continue
         except ReusedIdError as e:
             error = (
-                f"{where}: {e}; nothing from it was stored. Ingest each cluster under its own --source NAME "
-                "(or pass --replace if the stored jobs are to go)"
+                f"{where}: {e}; nothing from it was stored. Another cluster under the same --source, or the "
+                "same log read with another --tz? Ingest each cluster under its own --source NAME (or pass "
+                "--replace if the stored jobs are to go)"
             )
             if opts.strict or len(inputs) == 1:
                 fail(error)
-            summary.append({"path": label, "error": error, "jobs_stored": 0, "notes": []})
+            summary.append({"path": label, "error": error, **_NOTHING_STORED, "notes": []})
             continue
         if store.last_repeats:  # (counted by the upsert's own duplicate check)
             why = " (requeued jobs in `sacct -D` output look like this)" if res.format == "sacct" else ""
