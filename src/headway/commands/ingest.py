@@ -220,7 +220,7 @@ def ingest(
         notes = s["notes"]
         assert isinstance(notes, list)
         for n in notes:
-            out.print(f"note ({escape(str(s['path']))}): {escape(str(n))}")
+            out.print(f"note ({escape(str(s['path']))}): {escape(str(n))}", soft_wrap=True)
     out.print(f"{total:,} jobs in the store.")
     if failed:
         for s in failed:

@@ -346,7 +346,8 @@ def why(
         Text.assemble(
             (f"job {row.display_id}", "bold"),
             f" ({row.user or '-'}, {row.name or '-'}, {row.gpus:g} GPUs{tasks})",
-        )
+        ),
+        soft_wrap=True,
     )
     t = Table(title="headway", show_header=False)
     t.add_row("rank", Text(f"{row.rank} of {len(plan.rows)} pending GPU jobs ({row.tier})"))
