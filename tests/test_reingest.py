@@ -192,3 +192,41 @@ def test_a_second_cluster_with_the_same_users_and_names_is_refused_when_most_ids
     # The same log read with another --tz moves every id too.
     code, _, err = run("ingest", str(a), "--format", "sacct", "--tz", "America/New_York", "--db", str(db))
     assert code == 1 and "belong to different jobs" in " ".join(err.split())
+
+
+def test_a_mass_requeue_read_with_sacct_D_is_the_same_jobs_in_either_order(tmp_path: Path) -> None:
+    """An admin requeues every running job before maintenance: Slurm resets each one's Submit, so most ids
+    the next day's file shares with the store moved, and that file was refused as another cluster's.
+    `sacct -D` lists each earlier run (stored as ID@START): its submit time is the stored one."""
+    running = [
+        row("RUNNING", str(i), submit="2026-03-02T08:00:00", start="2026-03-02T08:10:00", end="Unknown")
+        for i in range(12)
+    ]
+    requeued = [
+        r
+        for i in range(12)
+        for r in (
+            row(
+                "REQUEUED",
+                str(i),
+                submit="2026-03-02T08:00:00",
+                start="2026-03-02T08:10:00",
+                end="2026-03-02T09:00:00",
+            ),
+            row(
+                "COMPLETED",
+                str(i),
+                submit="2026-03-02T09:00:00",
+                start="2026-03-02T09:30:00",
+                end="2026-03-02T10:30:00",
+            ),
+        )
+    ]
+    day1, day2 = write(tmp_path / "day1.txt", *running), write(tmp_path / "day2.txt", *requeued)
+    for order in ((day1, day2), (day2, day1)):
+        db = tmp_path / f"{order[0].stem}.duckdb"
+        for log in order:
+            code, _, err = ingest(db, log)
+            assert code == 0, err
+        jobs = stored(db)
+        assert len(jobs) == 24 and all(jobs[("sacct", str(i))] == ("ann", "COMPLETED") for i in range(12))

@@ -220,10 +220,10 @@ class JobStore:
                 on = f"FROM jobs j JOIN {src} n ON j.source = n.source AND j.job_id = n.job_id"
                 got = self.con.execute(
                     f"SELECT count(*), count(*) FILTER (WHERE {_OTHER_USER}), "
-                    f"count(*) FILTER (WHERE {_MOVED} AND NOT {_OTHER_USER}), "
                     f"count(*) FILTER (WHERE {_KEEP_STORED}) {on}"
                 ).fetchone()
-                matched, other_user, moved, kept = (int(x) for x in got) if got else (0, 0, 0, 0)
+                matched, other_user, kept = (int(x) for x in got) if got else (0, 0, 0)
+                moved = self._moved(src, on) if refuse_reused_ids else 0
                 if refuse_reused_ids and (other_user or _mostly_moved(moved, matched)):
                     cond = _OTHER_USER if other_user else _MOVED
                     reused = other_user + (moved if _mostly_moved(moved, matched) else 0)
@@ -263,6 +263,22 @@ class JobStore:
                 self.con.unregister("_incoming")
         self.last_added = n_new - self.last_updated
         return n_new
+
+    def _moved(self, src: str, on: str) -> int:
+        """Shared ids whose submit time moved, less those a requeued run proves the same job: `sacct -D`
+        keeps a requeued job's earlier runs as ID@START (traces/sacct.py), so a run of ID with the other
+        side's submit time, in the store or in the batch, is the job before Slurm reset its Submit (a
+        mass requeue before maintenance moves most of a day's ids at once)."""
+        row = self.con.execute(
+            "WITH proof AS ("
+            "SELECT source, split_part(job_id, '@', 1) AS base, submit_time FROM jobs "
+            "WHERE contains(job_id, '@') UNION ALL "
+            f"SELECT source, split_part(job_id, '@', 1), submit_time FROM {src} WHERE contains(job_id, '@')) "
+            f"SELECT count(*) {on} WHERE {_MOVED} AND NOT {_OTHER_USER} AND NOT EXISTS ("
+            "SELECT 1 FROM proof p WHERE p.source = j.source AND p.base = j.job_id "
+            "AND (p.submit_time = j.submit_time OR p.submit_time = n.submit_time))"
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     def _reused_message(self, on: str, reused: int, cond: str) -> str:
         """One line: how many stored ids the batch gives to other jobs, with the first as an example."""
@@ -322,18 +338,24 @@ class JobStore:
             "COPY (SELECT * FROM jobs_v ORDER BY submit_time, source, job_id) TO '{}' "
             "(FORMAT PARQUET, COMPRESSION ZSTD)"
         )
-        if out.exists() and not out.is_file():
-            # A FIFO or a device (/dev/stdout) is written through, as asked: renaming a temp file over it
-            # would replace the device node with a plain file.
+
+        def direct() -> int:
             try:
                 self.con.execute(copy.format(_sql_str(str(out))))
             except duckdb.Error as e:
                 raise StoreError(f"{out}: cannot write the Parquet file: {str(e).splitlines()[0]}") from e
             return self.count()
+
+        if out.exists() and not out.is_file():
+            # A FIFO or a device (/dev/stdout) is written through, as asked: renaming a temp file over it
+            # would replace the device node with a plain file.
+            return direct()
         out = out.resolve() if out.is_symlink() else out  # the link stays; its target is what is written
         try:
             fd, tmp = tempfile.mkstemp(prefix=".headway-", suffix=".parquet", dir=out.parent)
         except OSError as e:
+            if out.is_file() and os.access(out, os.W_OK):  # a writable file in a directory that is not
+                return direct()
             raise StoreError(f"{out}: cannot write the Parquet file: {e.strerror or e}") from e
         os.close(fd)
         try:

@@ -359,9 +359,9 @@ def _ingest_all(
             continue
         except ReusedIdError as e:
             error = (
-                f"{where}: {e}; nothing from it was stored. Another cluster under the same --source, or the "
-                "same log read with another --tz? Ingest each cluster under its own --source NAME (or pass "
-                "--replace if the stored jobs are to go)"
+                f"{where}: {e}; nothing from it was stored. Another cluster under the same --source, the "
+                "same log read with another --tz, or requeued jobs read without sacct -D? Ingest each "
+                "cluster under its own --source NAME (or pass --replace if the stored jobs are to go)"
             )
             if opts.strict or len(inputs) == 1:
                 fail(error)
