@@ -983,3 +983,28 @@ def test_sync_help_wraps_at_the_terminal_not_mid_sentence() -> None:
     res = CliRunner().invoke(app, ["slurm", "sync", "--help"], env={"COLUMNS": "250"})
     assert res.exit_code == 0
     assert "(incrementally), and current SiteFactors from `sprio`. A dry run" in res.output, res.output
+
+
+def test_the_squeue_text_fallback_reads_times_right_whatever_zone_this_process_runs_in(
+    tmp_path: Path,
+) -> None:
+    """`squeue -O` prints local time without a zone, and the hour the clocks go back reads twice: headway
+    runs it with TZ=UTC and reads UTC (this stand-in prints the time in the zone it is run with)."""
+    from headway.slurm.queue import read_queue
+
+    epoch = 1_800_000_000
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sep = "\\037"
+    cells = "5 PENDING bob (null) x gpu normal $t N/A UNLIMITED 1 gres:gpu:1 N/A 0 Priority 5 1 N/A N/A"
+    line = sep.join([*cells.split(), ""])
+    _script(
+        bin_dir / "squeue",
+        'case "$1" in --json) echo "squeue: unrecognized option --json" >&2; exit 1;; esac\n'
+        f't=$(date -d @{epoch} +%Y-%m-%dT%H:%M:%S)\nprintf "{line}\\n"\n',
+    )
+    runner = Runner(
+        timeout_s=10, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TZ": "Asia/Tokyo"}
+    )
+    jobs, source = read_queue(runner)
+    assert source == "squeue -O" and [j.submit_time for j in jobs] == [epoch]

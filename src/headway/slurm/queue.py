@@ -329,14 +329,20 @@ def parse_duration(s: str) -> float | None:
     return float(days * 86400 + h * 3600 + m * 60 + sec)
 
 
-def _local_epoch(s: str) -> float | None:
+# The environment headway runs `squeue -O` with: its times in UTC, which has no repeated hour (in a local
+# zone, the hour the clocks go back reads twice, and an hour of submit times came out an hour off).
+SQUEUE_TEXT_ENV = {"TZ": "UTC"}
+
+
+def _local_epoch(s: str, utc: bool = False) -> float | None:
     s = s.strip()
     if not s or s in ("N/A", "Unknown", "None", "(null)"):
         return None
-    return dt.datetime.fromisoformat(s).timestamp()  # Slurm prints local time without a zone
+    t = dt.datetime.fromisoformat(s)  # Slurm prints time without a zone: local, or UTC when asked
+    return (t.replace(tzinfo=dt.UTC) if utc and t.tzinfo is None else t).timestamp()
 
 
-def parse_squeue_text(text: str) -> list[QueueJob]:
+def parse_squeue_text(text: str, utc: bool = False) -> list[QueueJob]:
     """Pending and running jobs from `squeue -O <SQUEUE_FIELDS>` with `TEXT_SEP` after each field (or `|`,
     as older headway asked for)."""
     out: list[QueueJob] = []
@@ -362,8 +368,8 @@ def parse_squeue_text(text: str) -> list[QueueJob]:
                     name=_none(c["Name"]),
                     partition=_none(c["Partition"]),
                     qos=_none(c["QOS"]),
-                    submit_time=_local_epoch(c["SubmitTime"]) or 0.0,
-                    start_time=_local_epoch(c["StartTime"]) if c["State"] == "RUNNING" else None,
+                    submit_time=_local_epoch(c["SubmitTime"], utc) or 0.0,
+                    start_time=_local_epoch(c["StartTime"], utc) if c["State"] == "RUNNING" else None,
                     gpus=gpus_from_tres(
                         None,
                         _none(c["tres-per-node"]),
@@ -421,8 +427,8 @@ def read_queue(runner: Runner) -> tuple[list[QueueJob], str]:
         err = classify("squeue", res.returncode, res.stderr)
         if isinstance(err, SlurmDown):
             raise err
-    text = runner.run("squeue", squeue_text_args()).stdout
-    return settle_throttles(parse_squeue_text(text)), "squeue -O"
+    text = runner.run("squeue", squeue_text_args(), env=SQUEUE_TEXT_ENV).stdout
+    return settle_throttles(parse_squeue_text(text, utc=True)), "squeue -O"
 
 
 SINFO_ARGS = ["-N", "-h", "-O", "NodeList:|,Gres:|,GresUsed:|,StateLong:|"]
