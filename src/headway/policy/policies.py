@@ -584,6 +584,16 @@ class Qssf(Policy):
         return np.zeros(len(p), np.int64), -service, {"pred_gpu_h": service, "pred_runtime_h": dur / HOUR}
 
 
+def _stop(view: ClusterView, free: I64, share: I64, v: int) -> bool:
+    """Give running job `v`'s whole GPUs back on (free, share), in place; False when it holds none."""
+    mask = view.owner == v
+    if not mask.any():
+        return False
+    share[mask] = FULL_SHARE
+    free += mask.sum(axis=1)
+    return True
+
+
 _CROSS_TOL = 1e-6  # GPU-seconds: LAS's tolerance at a queue threshold (Las._queue)
 
 
@@ -657,18 +667,15 @@ class Las(Policy):
                     continue  # promoted ahead of its own queue: a job behind it may rank lower
                 break  # later jobs are in this queue or a lower one: nobody below them to preempt either
             tried += 1
-            job = (float(p.gpus[pos]), int(p.max_nodes[pos]))
+            job = (float(p.gpus[pos]), int(p.max_nodes[pos]), gang_size(float(p.gpus[pos]))[0])
             f2, s2 = free.copy(), share.copy()
             chosen: list[int] = []
             alloc = None
             for v in cands:  # freed one by one, lowest queue first, until the job fits
-                mask = view.owner == v
-                if not mask.any():
+                if not _stop(view, f2, s2, v):
                     continue
-                s2[mask] = FULL_SHARE
-                f2 += mask.sum(axis=1)
                 chosen.append(v)
-                alloc = self._try(f2, s2, view.rack, view.n_racks, *job, gang_size(job[0])[0])
+                alloc = self._try(f2, s2, view.rack, view.n_racks, *job)
                 if alloc is not None:
                     break
             if alloc is None:
@@ -689,16 +696,20 @@ class Las(Policy):
         return out_keys, starts
 
     def _fits_after(
-        self, view: ClusterView, free: I64, share: I64, victims: list[int], gpus: float, max_nodes: int
+        self,
+        view: ClusterView,
+        free: I64,
+        share: I64,
+        victims: list[int],
+        gpus: float,
+        max_nodes: int,
+        whole: int,
     ) -> tuple[Allocation | None, I64, I64]:
         """Where a job fits once `victims` (running positions) are stopped, and the free GPUs then."""
         f2, s2 = free.copy(), share.copy()
         for v in victims:
-            mask = view.owner == v
-            s2[mask] = FULL_SHARE
-            f2 += mask.sum(axis=1)
-        alloc = self._try(f2, s2, view.rack, view.n_racks, gpus, max_nodes, gang_size(gpus)[0])
-        return alloc, f2, s2
+            _stop(view, f2, s2, v)
+        return self._try(f2, s2, view.rack, view.n_racks, gpus, max_nodes, whole), f2, s2
 
     def wake_at(self, snap: Snapshot) -> float | None:
         r = snap.running

@@ -334,7 +334,7 @@ def parse_duration(s: str) -> float | None:
 SQUEUE_TEXT_ENV = {"TZ": "UTC"}
 
 
-def _local_epoch(s: str, utc: bool = False) -> float | None:
+def _slurm_epoch(s: str, utc: bool = False) -> float | None:
     s = s.strip()
     if not s or s in ("N/A", "Unknown", "None", "(null)"):
         return None
@@ -368,8 +368,8 @@ def parse_squeue_text(text: str, utc: bool = False) -> list[QueueJob]:
                     name=_none(c["Name"]),
                     partition=_none(c["Partition"]),
                     qos=_none(c["QOS"]),
-                    submit_time=_local_epoch(c["SubmitTime"], utc) or 0.0,
-                    start_time=_local_epoch(c["StartTime"], utc) if c["State"] == "RUNNING" else None,
+                    submit_time=_slurm_epoch(c["SubmitTime"], utc) or 0.0,
+                    start_time=_slurm_epoch(c["StartTime"], utc) if c["State"] == "RUNNING" else None,
                     gpus=gpus_from_tres(
                         None,
                         _none(c["tres-per-node"]),
