@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint pytest bench services clean
+.PHONY: demo test lint pytest pytest-native native bench services clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -14,6 +14,26 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# The compiled build (setup.py): the wheel a user's `pip install .` gets, unpacked where PYTHONPATH can
+# put it ahead of the editable install. Rebuilt when a source file changes.
+NATIVE := build/native
+NATIVE_STAMP := $(NATIVE)/.built
+$(NATIVE_STAMP): $(STAMP) setup.py pyproject.toml $(wildcard src/headway/*.py src/headway/*/*.py)
+	rm -rf $(NATIVE) build/native-wheel
+	$(BIN)/pip wheel --no-deps -q -w build/native-wheel .
+	$(BIN)/python -m zipfile -e build/native-wheel/headway-*.whl $(NATIVE)
+	touch $(NATIVE_STAMP)
+
+native: $(NATIVE_STAMP)
+
+# The tests of the compiled modules and of the code that drives them, run on the compiled build.
+NATIVE_TESTS := tests/test_native_build.py tests/test_engine.py tests/test_engine_equivalence.py \
+	tests/test_engine_fastpath.py tests/test_engine_helpers.py tests/test_placement.py \
+	tests/test_placement_index.py tests/test_placement_topology.py tests/test_placement_alibaba.py \
+	tests/test_policy.py tests/test_policy_reserve.py tests/test_starvation.py \
+	tests/test_sim_predictions.py tests/test_simulate_cli.py tests/test_simulate_parallel.py \
+	tests/test_sweep.py tests/test_local_ordering.py
+
 demo: $(STAMP)
 	$(BIN)/headway demo
 
@@ -21,17 +41,21 @@ services:
 	bash tests/setup/services.sh
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks setup.py
+	$(BIN)/ruff format --check src tests benchmarks setup.py
 	$(BIN)/mypy
+	$(BIN)/mypy setup.py
 
 pytest: $(STAMP) services
 	$(BIN)/pytest -q
 
-test: lint pytest
+pytest-native: $(NATIVE_STAMP)
+	HEADWAY_EXPECT_NATIVE=1 PYTHONPATH=$(CURDIR)/$(NATIVE) $(BIN)/pytest -q -p no:cacheprovider $(NATIVE_TESTS)
 
-bench: $(STAMP)
-	$(BIN)/python benchmarks/run_all.py
+test: lint pytest pytest-native
+
+bench: $(NATIVE_STAMP)
+	PYTHONPATH=$(CURDIR)/$(NATIVE) $(BIN)/python benchmarks/run_all.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info headway.duckdb headway-demo.duckdb headway-report.html

@@ -5,6 +5,7 @@
 Prints jobs/s, events, passes and peak memory, then one JSON line. The predictor is a causal
 rolling mean per user (O(1) per call) unless --predictor online asks for the project's predictor.
 Target (issue 4): 1M jobs on 1,024 x 8 GPUs under impact in <= 50 s on one core (>= 20k jobs/s).
+`make bench` runs it on the compiled build (`make native`); "build" in the output says which ran.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import psutil
 
+from headway._native import build_name
 from headway.predict.api import EndedJob, Predictions, SubmittedJob
 from headway.sim.cluster import ClusterSpec
 from headway.sim.engine import EngineOptions
@@ -136,9 +138,11 @@ def main() -> None:
         "rss_growth_mb": round((rss - rss0) / 2**20),
         "predictor": a.predictor,
         "full_passes": a.full_passes,
+        "build": build_name(),
     }
     gpus = int(res.capacity_gpus)
     print(f"{n:,} jobs under {a.policy} ({res.placement}) on {gpus:,} GPUs at load {res.load:.2f}")
+    print(f"  build: {out['build']} (`make native` compiles the simulator; see src/headway/_native.py)")
     print(f"  {wall:.1f} s wall ({cpu:.1f} s CPU), {n / wall:,.0f} jobs/s ({n / cpu:,.0f} per CPU-second)")
     print(f"  {res.events:,} events, {res.passes:,} scheduling passes; machine load {out['load_avg_1m']}")
     print(f"  memory: {out['rss_mb']} MB RSS ({out['rss_growth_mb']} MB during the run)")

@@ -61,7 +61,7 @@ def reference_topology(
         nodes = [int(n) for n in order if rack[n] in picked]  # fullest first, ties by node index
     chosen = nodes[: k - 1]
     rest = g - int(free[chosen].sum()) if chosen else g
-    last = _tightest_for_rest(free, chosen, nodes, rest)
+    last = _tightest_for_rest(free.tolist(), chosen, nodes, rest)
     if last is None:
         return _counts(free, nodes[:k], g)
     return _counts(free, [*chosen, last], g)
@@ -104,7 +104,7 @@ def fullest_anywhere(free: I64, g: int, max_nodes: int) -> Allocation | None:
     nodes = order.tolist()
     chosen = nodes[: k - 1]
     rest = g - int(free[chosen].sum()) if chosen else g
-    last = _tightest_for_rest(free, chosen, nodes, rest)
+    last = _tightest_for_rest(free.tolist(), chosen, nodes, rest)
     return _counts(free, [*chosen, last] if last is not None else nodes[:k], g)
 
 

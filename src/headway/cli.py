@@ -25,7 +25,10 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"headway {__version__}")
+        from headway._native import build_name
+
+        sim = {"native": "compiled", "pure": "plain Python", "partial": "partly compiled"}[build_name()]
+        typer.echo(f"headway {__version__} (simulator: {sim})")
         raise typer.Exit()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -345,9 +346,9 @@ class FreeIndex:
         "rack",
         "share",
     )
-    BUCKETS_AFTER = 8  # placements served by vector scans before the lists and heaps are built
+    BUCKETS_AFTER: ClassVar[int] = 8  # placements served by vector scans before the lists and heaps are built
     # First fit's vector scan stops at the first fit, so its lists pay off only on longer passes.
-    LISTS_AFTER = 32
+    LISTS_AFTER: ClassVar[int] = 32
 
     def __init__(
         self,

@@ -30,10 +30,19 @@ class NodeSpec:
     rack: int
     model: str | None = None
 
+    def __reduce__(self) -> tuple[type[NodeSpec], tuple[str, int, int, str | None]]:
+        """Pickle through the constructor: compiled (mypyc), a frozen dataclass cannot be rebuilt
+        attribute by attribute, and parallel replays and Dask workers pickle the cluster."""
+        return (NodeSpec, (self.name, self.gpus, self.rack, self.model))
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterSpec:
     nodes: tuple[NodeSpec, ...]
+
+    def __reduce__(self) -> tuple[type[ClusterSpec], tuple[tuple[NodeSpec, ...]]]:
+        """See NodeSpec.__reduce__."""
+        return (ClusterSpec, (self.nodes,))
 
     @property
     def capacity_gpus(self) -> int:

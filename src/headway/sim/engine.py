@@ -78,6 +78,10 @@ class Truth:
     runtime: F64
     state: npt.NDArray[np.object_]
 
+    def __reduce__(self) -> tuple[type[Truth], tuple[F64, npt.NDArray[np.object_]]]:
+        """Pickle through the constructor (see cluster.NodeSpec.__reduce__)."""
+        return (Truth, (self.runtime, self.state))
+
 
 @dataclass(slots=True)
 class EngineOptions:

@@ -1,0 +1,56 @@
+"""Compile the simulator's hot modules with mypyc when building a wheel (`pip install .`).
+
+The metadata lives in pyproject.toml. An editable install stays plain Python (a compiled module would
+shadow edits to its source), and so does any build where HEADWAY_PURE=1 or compiling fails (no C
+compiler or no Python headers): the same code then runs, only slower.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from pathlib import Path
+from typing import Any
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+HERE = Path(__file__).resolve().parent
+
+
+class OptionalBuildExt(build_ext):
+    """Build the compiled modules, or none of them: a half-built set would fail at import."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as e:  # any compiler failure means: ship plain Python
+            for ext in self.extensions:
+                Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
+            self.extensions: list[Any] = []
+            print(f"headway: compiling the simulator failed ({e}); installing plain Python", file=sys.stderr)
+
+    def get_outputs(self) -> list[str]:
+        return [o for o in super().get_outputs() if Path(o).exists()]
+
+
+def native_extensions() -> list[Any]:
+    if os.environ.get("HEADWAY_PURE") == "1" or "editable_wheel" in sys.argv:
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        print("headway: mypyc not found; installing plain Python", file=sys.stderr)
+        return []
+    names = runpy.run_path(str(HERE / "src" / "headway" / "_native.py"))["NATIVE_MODULES"]
+    paths = ["src/" + n.replace(".", "/") + ".py" for n in names]
+    try:
+        exts: list[Any] = mypycify(paths, opt_level="3", group_name="headway_native")
+    except (Exception, SystemExit) as e:  # mypyc exits on code it refuses: ship plain Python
+        print(f"headway: mypyc refused the simulator ({e}); installing plain Python", file=sys.stderr)
+        return []
+    return exts
+
+
+setup(ext_modules=native_extensions(), cmdclass={"build_ext": OptionalBuildExt})
