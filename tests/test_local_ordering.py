@@ -157,3 +157,26 @@ def test_a_restart_loads_the_saved_model_instead_of_retraining(tmp_path: Path) -
     ]
     p = restarted.predict([submitted_for_predictor(j) for j in jobs], now).p_success
     assert p[0] > p[1]
+
+
+def test_a_restart_with_a_model_file_whose_boosters_are_damaged_starts_from_the_fallbacks(
+    tmp_path: Path,
+) -> None:
+    """A `predictor.json` whose boosters were not an object raised AttributeError out of the predictor's
+    start-up (only ModelFileError, OSError and ValueError are caught there)."""
+    import json
+    import time
+
+    from headway.local.ordering import build_predictor
+
+    store = tmp_path / "history.duckdb"
+    _seed_history(store, "ann")
+    fresh = build_predictor(store)
+    assert fresh.maybe_retrain(time.time())
+    path = tmp_path / "predictor.json"
+    fresh.model.save(path)
+    doc = json.loads(path.read_text())
+    doc["boosters"] = list(doc["boosters"].values())
+    path.write_text(json.dumps(doc))
+    restarted = build_predictor(store, model=path)
+    assert restarted.model is None

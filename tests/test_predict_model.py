@@ -210,6 +210,39 @@ def test_a_damaged_model_file_is_named_with_what_is_wrong(
         Predictor.load(path)
 
 
+@pytest.mark.parametrize(
+    ("part", "key", "value", "why"),
+    [
+        ("boosters", None, [], "boosters must be an object"),
+        ("boosters", "p_success", 5, "not a LightGBM model text"),
+        ("boosters", "bogus", "tree", "unknown model 'bogus'"),
+        ("meta", "shrink", [1], "shrink must be an object"),
+        ("meta", "shrink", {"runtime_q90": "x"}, "not a finite number"),
+        ("meta", "runtime_start", "bogus", "unknown runtime start"),
+        ("meta", "prior", "bogus", "unknown prior"),
+        ("meta", "sources", 5, "sources must list names"),
+    ],
+)
+def test_a_model_file_with_damaged_boosters_or_summary_is_refused_when_loaded(
+    tmp_path: Path, part: str, key: str | None, value: object, why: str
+) -> None:
+    """These loaded and then failed as tracebacks (AttributeError, KeyError) in `predict show` and in
+    the local queue's start-up, which only catches ModelFileError; a wrong prior was silently another."""
+    import json
+
+    model = Predictor.fit(build_features(make_history(2_000, seed=3, users=10, days=6)), config=FAST)
+    path = tmp_path / "m.json"
+    model.save(path)
+    doc = json.loads(path.read_text())
+    if key is None:
+        doc[part] = value
+    else:
+        doc[part][key] = value
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ModelFileError, match=f"damaged model file.*{why}"):
+        Predictor.load(path)
+
+
 def test_one_failed_run_does_not_put_a_job_name_as_low_as_one_that_always_fails() -> None:
     """A small queue's history that the model separates perfectly gave Platt an unbounded slope: a name
     with one failed run got p = 0.001, as low as a name that failed forty times in a row. Platt's own

@@ -657,6 +657,7 @@ class Predictor:
         if doc.get("features") != list(FEATURES):
             raise ModelFileError(f"{path}: trained on other features; retrain with `headway predict train`")
         try:
+            _check_boosters(doc["boosters"])
             boosters = {k: lgb.Booster(model_str=s) for k, s in doc["boosters"].items()}
             cal = Calibration(**doc["calibration"])
             cal.check()
@@ -665,8 +666,47 @@ class Predictor:
                 raise TypeError("vocab and meta must be objects")
             if not all(isinstance(v, list) and all(isinstance(w, str) for w in v) for v in vocab.values()):
                 raise TypeError("vocab: every category must list words")
+            _check_meta(meta)
         except (KeyError, TypeError, ValueError, lgb.basic.LightGBMError) as e:
             raise ModelFileError(
                 f"{path}: damaged model file ({(str(e).splitlines() or [repr(e)])[0]})"
             ) from e
         return cls(vocab=vocab, calibration=cal, boosters=boosters, meta=meta)
+
+
+PRIORS = ("recent", "all")
+
+
+def _check_boosters(boosters: object) -> None:
+    """TypeError unless the file's boosters are a mapping of known model names to LightGBM text dumps:
+    anything else (a list, a number for a dump) failed later as a traceback, in `show` and in the local
+    queue's start-up."""
+    if not isinstance(boosters, dict):
+        raise TypeError("boosters must be an object")
+    for key, dump in boosters.items():
+        if key not in OFFSET_OF:
+            raise ValueError(f"boosters: unknown model {key!r}")
+        if not isinstance(dump, str):
+            raise TypeError(f"boosters: {key} is not a LightGBM model text")
+
+
+def _check_meta(meta: dict[str, Any]) -> None:
+    """ValueError / TypeError unless the training summary's fields that predictions read are usable: the
+    runtime start and prior pick code paths (a wrong one was a KeyError at the first prediction, or
+    silently another prior), the shrinkage multiplies the trees' corrections, the sources are named."""
+    start = meta.get("runtime_start", "recent5")
+    if not isinstance(start, str) or start not in RUNTIME_STARTS:
+        raise ValueError(f"meta: unknown runtime start {start!r}")
+    prior = meta.get("prior", "all")
+    if not isinstance(prior, str) or prior not in PRIORS:
+        raise ValueError(f"meta: unknown prior {prior!r}")
+    shrink = meta.get("shrink", {})
+    if not isinstance(shrink, dict):
+        raise TypeError("meta: shrink must be an object")
+    for key, v in shrink.items():
+        number = isinstance(v, int | float) and not isinstance(v, bool)
+        if key not in OFFSET_OF or not number or not math.isfinite(v):
+            raise ValueError(f"meta: shrink {key!r} is not a finite number for a known model")
+    sources = meta.get("sources", [])
+    if not isinstance(sources, list) or not all(isinstance(x, str) for x in sources):
+        raise TypeError("meta: sources must list names")
