@@ -212,3 +212,26 @@ def test_an_unknown_source_is_named_with_the_sources_the_store_has(db: Path) -> 
     assert res.exit_code == 1
     text = " ".join(res.output.split())
     assert "--source 'nope': no such source in" in text and text.endswith("jobs.duckdb; it has synthetic")
+
+
+def test_evaluate_on_a_store_where_every_job_failed_calls_no_claim_it_cannot_measure(tmp_path: Path) -> None:
+    """With one outcome only, AUC is undefined and no job completed: the claims read `false` ("no") and
+    the table named the baseline the winner on AUC; the text said "auc nan" and "covers nan%"."""
+    import pyarrow as pa
+
+    path = tmp_path / "failed.duckdb"
+    t = make_history(600, seed=4, users=5, days=4)
+    t = t.set_column(t.schema.get_field_index("state"), "state", pa.array(["FAILED"] * t.num_rows))
+    with JobStore(path) as store:
+        store.upsert(t)
+    r = _json(["predict", "evaluate", "--db", str(path), "--json"])
+    c = r["claims"]
+    assert isinstance(c, dict)
+    assert c["auc_gain_at_least_0.03"] is None and c["runtime_within_50pct_above_baseline"] is None
+    assert isinstance(c["brier_below_baseline"], bool) and isinstance(c["ece_at_most_0.03"], bool)
+    res = runner.invoke(app, ["predict", "evaluate", "--db", str(path)])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.stdout.split())
+    assert "nan" not in text
+    assert "│ auc │ - │ - │ - │" in text
+    assert "n/a auc_gain_at_least_0.03" in text and "no auc_gain" not in text

@@ -215,8 +215,7 @@ def evaluate(
         t.add_column(col, justify="left" if col == "metric" else "right")
     for key, higher in (("auc", True), ("brier", False), ("log_loss", False), ("ece", False)):
         mv, bv = report[key], b[key]
-        better = (mv > bv) if higher else (mv < bv)
-        t.add_row(key, _fmt(mv), _fmt(bv), "model" if better else "baseline")
+        t.add_row(key, _fmt(mv), _fmt(bv), _better(mv, bv, higher))
     print_table(t)
     r = Table(title="reliability (10 bins)")
     for col in (
@@ -261,10 +260,14 @@ def evaluate(
     print_table(rt)
     o = report["other_mode"]
     out.print(
-        f"with --retrain {o['retrain']}: auc {o['auc']:.3f}, brier {o['brier']:.3f}, "
-        f"ece {o['ece']:.3f}, runtime within 50% {o['runtime_within_50pct']:.3f}"
+        f"with --retrain {o['retrain']}: auc {_fmt(o['auc'])}, brier {_fmt(o['brier'])}, "
+        f"ece {_fmt(o['ece'])}, runtime within 50% {_fmt(o['runtime_within_50pct'])}"
     )
-    out.print(f"p90 runtime covers {report['runtime']['p90_coverage']:.1%} of completed test jobs")
+    cover = report["runtime"]["p90_coverage"]
+    if _fmt(cover) == "-":
+        out.print("p90 runtime coverage: no completed test job")
+    else:
+        out.print(f"p90 runtime covers {cover:.1%} of completed test jobs")
     nz = report.get("noise")
     if nz:
         out.print(
@@ -284,6 +287,16 @@ def evaluate(
     for claim, ok in report["claims"].items():
         if isinstance(ok, bool):
             out.print(f"{'[green]yes[/]' if ok else '[red]no[/]'}  {claim}", markup=True)
+        elif ok is None:  # the test set cannot tell (one outcome only, no completed job)
+            out.print(f"n/a  {claim} (not measurable on this test set)")
+
+
+def _better(model: Any, baseline: Any, higher: bool) -> str:
+    """Which side wins a metric, or "-" when either is undefined: a comparison with NaN is False, which
+    named the baseline the winner of an AUC that neither has (a test set of one outcome)."""
+    if _fmt(model) == "-" or _fmt(baseline) == "-":
+        return "-"
+    return "model" if (model > baseline if higher else model < baseline) else "baseline"
 
 
 def _percent(p: float) -> str:
