@@ -123,6 +123,8 @@ def test_a_pending_job_on_an_old_log_is_shown_as_of_its_end_with_at_last(db: Pat
         (["predict", "show", "1", "--model", "missing.json"], "no model file"),
         (["predict", "show", "--user", "a", "--at", "yesterday"], "expected an ISO time"),
         (["predict", "show", "42", "--at", "last"], "--at is for a pending job"),
+        (["predict", "show", "--user", "a", "--gpus", "nan"], "--gpus: must be a number of GPUs"),
+        (["predict", "show", "--user", "a", "--gpus", "inf"], "--gpus: must be a number of GPUs"),
     ],
 )
 def test_bad_input_gives_one_clear_line(

@@ -520,6 +520,8 @@ def show(
             fail(str(e))
         if time_limit is not None and not 0 < tl_s < 1e9:  # nan, inf and 1e400 included
             fail(f"--time-limit: must be more than 0 seconds and under 30 years, got {time_limit!r}")
+        if gpus is not None and not math.isfinite(gpus):  # min=0 lets nan through: nan < 0 is False
+            fail(f"--gpus: must be a number of GPUs, got {gpus}")
         if gpus == 0 and not include_cpu:
             fail("--gpus 0 is a CPU-only job: predict ignores those unless --include-cpu")
         now, at_note = _submit_time(at, frame.end)
