@@ -237,3 +237,17 @@ def test_evaluate_on_a_store_where_every_job_failed_calls_no_claim_it_cannot_mea
     assert "nan" not in text
     assert "│ auc │ - │ - │ - │" in text
     assert "n/a auc_gain_at_least_0.03" in text and "no auc_gain" not in text
+
+
+def test_train_does_not_write_its_model_over_a_file_that_is_not_a_model(db: Path, tmp_path: Path) -> None:
+    """`--out jobs.txt` replaced a job log with the model file (only a DuckDB store was protected)."""
+    log = tmp_path / "sacct.txt"
+    log.write_text("JobID|JobName|User|State\n1|train|alice|COMPLETED\n")
+    res = runner.invoke(app, ["predict", "train", "--db", str(db), "--out", str(log)])
+    assert res.exit_code == 1 and "is not a headway model file" in res.output
+    assert log.read_text() == "JobID|JobName|User|State\n1|train|alice|COMPLETED\n"
+    model = tmp_path / "m.json"
+    for _ in range(2):  # a new file, then the model file it wrote is replaced
+        again = runner.invoke(app, ["predict", "train", "--db", str(db), "--out", str(model), "--json"])
+        assert again.exit_code == 0, again.output
+    assert json.loads(model.read_text())["format"] == "headway-predictor"

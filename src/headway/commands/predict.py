@@ -105,9 +105,9 @@ def _load(
 @app.command("train")
 def train(
     db: DbOpt = None,
-    out_path: Annotated[Path, typer.Option("--out", help="Where to write the model file.")] = Path(
-        DEFAULT_MODEL
-    ),
+    out_path: Annotated[
+        Path, typer.Option("--out", help="Where to write the model file (never over a file that is not one).")
+    ] = Path(DEFAULT_MODEL),
     source: SourceOpt = None,
     include_cpu: CpuOpt = False,
     calibration: Annotated[
@@ -125,6 +125,7 @@ def train(
     if calibration not in ("auto", "isotonic", "platt"):
         fail(f"--calibration: expected auto, isotonic or platt, got {calibration!r}")
     check_output_file(out_path, "--out")
+    _check_replaces_a_model(out_path)
     frame, sources = _load(db, source, include_cpu, as_json)
     n_ended = int(frame.ended.sum())
     if n_ended < 50:
@@ -156,6 +157,23 @@ def train(
     if missing:
         out.print(f"too few examples for {', '.join(sorted(missing))}: those use running medians / rates")
     out.print(plain(f"wrote {out_path}"))
+
+
+def _check_replaces_a_model(path: Path) -> None:
+    """Fail unless `path` is new, empty, or a model file (damaged ones included): `--out` given a job log
+    or a report silently replaced it with the model, and a log may be all that is left of those jobs."""
+    from headway.predict.model import MODEL_FORMAT
+
+    try:
+        with path.open("rb") as f:
+            head = f.read(64)
+    except OSError:  # absent (the usual case) or unreadable: the write reports its own error
+        return
+    if head and not re.match(rb'\s*\{\s*"format"\s*:\s*"' + MODEL_FORMAT.encode() + rb'"', head):
+        fail(
+            f"--out {path}: exists and is not a headway model file; writing would replace it; give another "
+            "file name (or remove it first)"
+        )
 
 
 def _fmt(v: Any, digits: int = 3) -> str:
