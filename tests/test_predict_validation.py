@@ -111,3 +111,19 @@ def test_user_days_keep_users_and_days_apart_and_jobs_without_a_user_alone(frame
     block = user_days(tf).tolist()
     assert block[0] == block[3]  # one user, one day
     assert len({block[0], block[1], block[2], block[4]}) == 4
+
+
+def test_validation_of_a_history_with_one_outcome_warns_nothing_and_leaves_the_auc_mean_undefined() -> None:
+    """Every fold's AUC is NaN when every job completed: the mean printed numpy's "RuntimeWarning: Mean of
+    empty slice" under `headway predict validate`'s table."""
+    import math
+    import warnings
+
+    import pyarrow as pa
+
+    t = make_history(600, seed=4, users=5, days=4)
+    t = t.set_column(t.schema.get_field_index("state"), "state", pa.array(["COMPLETED"] * t.num_rows))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = validation_folds(build_features(t), 0.3, FAST)
+    assert math.isnan(r["mean"]["auc_gain"]) and math.isfinite(r["mean"]["brier_gain"])

@@ -430,8 +430,16 @@ def validation_folds(
             "(ingest a longer history, or pass a smaller --test-fraction)"
         )
     keys = ("auc_gain", "brier_gain", "ece", "baseline_ece", "runtime_gain", "auc", "brier", "ece_floor")
-    mean = {k: float(np.nanmean([r[k] for r in rows])) if rows else math.nan for k in keys}
+    mean = {k: _finite_mean([r[k] for r in rows]) for k in keys}
     return {"folds": rows, "mean": mean, "training_jobs": len(lab)}
+
+
+def _finite_mean(values: list[float]) -> float:
+    """The mean of the finite values, NaN when there are none (every fold's AUC is NaN when the history
+    has one outcome only): np.nanmean printed "RuntimeWarning: Mean of empty slice" to the terminal."""
+    a = np.asarray(values, dtype=np.float64)
+    a = a[np.isfinite(a)]
+    return float(a.mean()) if len(a) else math.nan
 
 
 def _iso(t: float) -> str:
