@@ -251,3 +251,32 @@ def test_train_does_not_write_its_model_over_a_file_that_is_not_a_model(db: Path
         again = runner.invoke(app, ["predict", "train", "--db", str(db), "--out", str(model), "--json"])
         assert again.exit_code == 0, again.output
     assert json.loads(model.read_text())["format"] == "headway-predictor"
+
+
+def test_a_short_limit_kept_by_the_five_minute_floor_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Jobs of about 20 s, a 3-minute limit: `show` said "keep it (the p90 runtime + 25% reaches it)",
+    but the p90 runtime + 25% is about 25 s; it is the 5-minute floor of the suggestion that keeps it."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    t = make_history(300, seed=5, users=3, days=3)
+    start = t.column("start_time").to_pylist()
+    end = pa.array([s + dt.timedelta(seconds=20) for s in start], type=t.schema.field("end_time").type)
+    t = t.set_column(t.schema.get_field_index("end_time"), "end_time", end)
+    path = tmp_path / "short.duckdb"
+    with JobStore(path) as store:
+        store.upsert(t)
+    user = str(t.column("user")[0])
+    monkeypatch.chdir(tmp_path)  # no model file here: cold-start estimates
+    args = ["predict", "show", "--db", str(path), "--user", user, "--at", "last"]
+    kept = runner.invoke(app, [*args, "--time-limit", "3m", "--json"])
+    assert kept.exit_code == 0, kept.output
+    r = json.loads(kept.stdout)
+    assert r["runtime_p90_s"] * 1.25 < 180 and r["suggested_time_limit_s"] == 180
+    text = " ".join(runner.invoke(app, [*args, "--time-limit", "3m"]).stdout.split())
+    assert "keep it (no limit under 5m is suggested)" in text and "reaches it" not in text
+    unasked = " ".join(runner.invoke(app, args).stdout.split())
+    assert "suggested 5m (the shortest suggested; the p90 runtime + 25% is" in unasked

@@ -439,11 +439,33 @@ def parse_time_limit(text: str) -> float:
     raise ValueError(f"--time-limit: cannot read {text!r} (try 3600, 90m, 4h or 1-00:00:00)")
 
 
+MIN_SUGGESTED_S = 300.0
+
+
+def limit_advice(p90_s: float, requested_s: float | None, suggested_s: float, margin: float = 1.25) -> str:
+    """What `show` says about the time limit, with the reason that holds: below the 5-minute floor it is
+    the floor, not the p90 runtime + 25%, that keeps a short limit or sets the suggestion (a 3-minute
+    limit with a p90 of 27 s read "keep it (the p90 runtime + 25% reaches it)")."""
+    from headway.predict.explain import duration
+
+    floor = p90_s * margin < MIN_SUGGESTED_S
+    if requested_s is not None and suggested_s >= requested_s:
+        if floor and p90_s * margin < requested_s:
+            return f"keep it (no limit under {duration(MIN_SUGGESTED_S)} is suggested)"
+        return "keep it (the p90 runtime + 25% reaches it)"
+    if floor:
+        return (
+            f"suggested {duration(suggested_s)} (the shortest suggested; "
+            f"the p90 runtime + 25% is {duration(p90_s * margin)})"
+        )
+    return f"suggested {duration(suggested_s)} (p90 runtime + 25%)"
+
+
 def suggest_time_limit(p90_s: float, requested_s: float | None = None, margin: float = 1.25) -> float:
     """The p90 runtime with a margin, rounded up to a step that grows with it (5 minutes below an hour,
     15 below a day, an hour beyond), and never above the limit asked for: every prediction is capped by
     it, since a job ends there, so a longer limit would be a guess past anything the model saw."""
-    x = max(p90_s * margin, 300.0)
+    x = max(p90_s * margin, MIN_SUGGESTED_S)
     step = 300.0 if x <= 3600.0 else 900.0 if x <= 86400.0 else 3600.0
     out = math.ceil(x / step - 1e-9) * step
     return out if requested_s is None else min(out, requested_s)
@@ -612,11 +634,7 @@ def show(
     out.print(f"  P(completes)          {_percent(p_s)}")
     out.print(f"  runtime if it does    {duration(rt_s)} (p90 {duration(p90)})")
     out.print(f"  time to failure       {duration(ttf_s)}")
-    advice = (
-        "keep it (the p90 runtime + 25% reaches it)"
-        if req is not None and suggested >= req
-        else f"suggested {duration(suggested)} (p90 runtime + 25%)"
-    )
+    advice = limit_advice(p90, req, suggested)
     out.print(f"  time limit            requested {duration(req) if req else 'none'}, {advice}")
     titles = {
         "p_success": "completion",
