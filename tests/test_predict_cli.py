@@ -280,3 +280,22 @@ def test_a_short_limit_kept_by_the_five_minute_floor_says_so(
     assert "keep it (no limit under 5m is suggested)" in text and "reaches it" not in text
     unasked = " ".join(runner.invoke(app, args).stdout.split())
     assert "suggested 5m (the shortest suggested; the p90 runtime + 25% is" in unasked
+
+
+def test_train_on_a_store_where_every_job_completed_says_so_instead_of_too_few_examples(
+    tmp_path: Path,
+) -> None:
+    """600 completed jobs trained no completion model and the output blamed "too few examples for
+    p_success"; the reason is that there is no failure to tell apart."""
+    import pyarrow as pa
+
+    path = tmp_path / "ok.duckdb"
+    t = make_history(600, seed=4, users=5, days=4)
+    t = t.set_column(t.schema.get_field_index("state"), "state", pa.array(["COMPLETED"] * t.num_rows))
+    with JobStore(path) as store:
+        store.upsert(t)
+    res = runner.invoke(app, ["predict", "train", "--db", str(path), "--out", str(tmp_path / "m.json")])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.stdout.split())
+    assert "every ended job completed: no completion model" in text
+    assert "p_success" not in text.split("too few examples for", 1)[-1]

@@ -154,6 +154,13 @@ def train(
         f"models {', '.join(model.meta['models']) or 'none'}, calibration {model.meta['calibration']}"
     )
     missing = {"p_success", "runtime_q90", "ttf_q50"} - set(model.meta["models"])
+    rate = model.meta.get("success_rate")
+    if "p_success" in missing and rate in (0.0, 1.0):  # not too few examples: nothing to tell apart
+        missing.discard("p_success")
+        out.print(
+            f"every ended job {'completed' if rate == 1.0 else 'failed'}: no completion model "
+            "(the smoothed success rates are the probability)"
+        )
     if missing:
         out.print(f"too few examples for {', '.join(sorted(missing))}: those use running medians / rates")
     out.print(plain(f"wrote {out_path}"))
