@@ -216,6 +216,15 @@ def test_an_unknown_source_is_named_with_the_sources_the_store_has(db: Path) -> 
     assert "--source 'nope': no such source in" in text and text.endswith("jobs.duckdb; it has synthetic")
 
 
+def test_show_of_a_job_id_with_an_unknown_source_names_the_source_not_the_job(db: Path) -> None:
+    """`show 42 --source nope` said "job '42' is not in the store (source nope)" though job 42 is there."""
+    res = runner.invoke(app, ["predict", "show", "42", "--db", str(db), "--source", "nope"])
+    assert res.exit_code == 1
+    text = " ".join(res.output.split())
+    assert "--source 'nope': no such source in" in text and text.endswith("it has synthetic")
+    assert "not in the store" not in text
+
+
 def test_evaluate_on_a_store_where_every_job_failed_calls_no_claim_it_cannot_measure(tmp_path: Path) -> None:
     """With one outcome only, AUC is undefined and no job completed: the claims read `false` ("no") and
     the table named the baseline the winner on AUC; the text said "auc nan" and "covers nan%"."""

@@ -407,8 +407,12 @@ def _check_job(db: Path | None, job_id: str, source: str | None, include_cpu: bo
     try:
         with JobStore(db, read_only=True) as store:
             found = store.con.execute(sql + " ORDER BY source", params).fetchall()
+            known = store.sources() if source and not found else []
+            where = store.path
     except StoreError as e:
         fail(str(e))
+    if source and not found and source not in known:  # the source is wrong, not the job id
+        fail_unknown_source(source, where, known)
     if not found:
         fail(f"job {job_id!r} is not in the store{f' (source {source})' if source else ''}")
     if len(found) > 1:
