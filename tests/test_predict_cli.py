@@ -308,3 +308,43 @@ def test_train_on_a_store_where_every_job_completed_says_so_instead_of_too_few_e
     text = " ".join(res.stdout.split())
     assert "every ended job completed: no completion model" in text
     assert "p_success" not in text.split("too few examples for", 1)[-1]
+
+
+def test_train_replaces_a_model_file_with_a_bom_or_its_keys_in_another_order(
+    db: Path, tmp_path: Path
+) -> None:
+    """The `--out` guard matched the first bytes only: a model file re-saved by an editor (a BOM ahead of
+    it) or by a tool that sorts keys (`"boosters"` first) was refused as "not a headway model file"."""
+    model = tmp_path / "m.json"
+    first = runner.invoke(app, ["predict", "train", "--db", str(db), "--out", str(model), "--json"])
+    assert first.exit_code == 0, first.output
+    doc = json.loads(model.read_text())
+    model.write_bytes(b"\xef\xbb\xbf" + json.dumps(doc, sort_keys=True, indent=1).encode())
+    again = runner.invoke(app, ["predict", "train", "--db", str(db), "--out", str(model), "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(model.read_text())["format"] == "headway-predictor"
+    other = tmp_path / "other.json"
+    other.write_bytes(b"\xef\xbb\xbf" + json.dumps({"format": "something-else", "x": 1}).encode())
+    refused = runner.invoke(app, ["predict", "train", "--db", str(db), "--out", str(other)])
+    assert refused.exit_code == 1 and "is not a headway model file" in refused.output
+
+
+def test_train_out_to_a_fifo_does_not_wait_for_a_writer(tmp_path: Path) -> None:
+    """The `--out` guard opened the path to read its first bytes: a FIFO (or /dev/stdout on a pipe) made
+    `headway predict train` wait for ever before training."""
+    import os
+    import threading
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    results: list[object] = []
+    args = ["predict", "train", "--db", str(tmp_path / "none.duckdb"), "--out", str(fifo)]
+    t = threading.Thread(target=lambda: results.append(runner.invoke(app, args)), daemon=True)
+    t.start()
+    t.join(20)
+    waited = t.is_alive()
+    if waited:  # let the stuck reader go: a writer that closes at once gives it end-of-file
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(5)
+    assert not waited, "train waited for a writer on the FIFO"
+    assert results and "no job store here" in " ".join(getattr(results[0], "output", "").split())

@@ -169,18 +169,38 @@ def train(
 def _check_replaces_a_model(path: Path) -> None:
     """Fail unless `path` is new, empty, or a model file (damaged ones included): `--out` given a job log
     or a report silently replaced it with the model, and a log may be all that is left of those jobs."""
-    from headway.predict.model import MODEL_FORMAT
-
+    if not path.is_file():  # new, or a FIFO or /dev/stdout: reading one to look would wait for ever
+        return
     try:
         with path.open("rb") as f:
             head = f.read(64)
-    except OSError:  # absent (the usual case) or unreadable: the write reports its own error
+    except OSError:  # unreadable: the write reports its own error
         return
-    if head and not re.match(rb'\s*\{\s*"format"\s*:\s*"' + MODEL_FORMAT.encode() + rb'"', head):
+    if head.strip() and not _is_model_file(path, head):
         fail(
             f"--out {path}: exists and is not a headway model file; writing would replace it; give another "
             "file name (or remove it first)"
         )
+
+
+def _is_model_file(path: Path, head: bytes) -> bool:
+    """Whether a file is a headway model file, a damaged or truncated one included: it starts with the
+    format key as `save` writes it, or (a BOM or an editor ahead of it, its keys in another order) it reads
+    as a JSON object of that format."""
+    from headway.predict.model import MODEL_FORMAT
+
+    head = head.removeprefix(b"\xef\xbb\xbf")
+    if re.match(rb'\s*\{\s*"format"\s*:\s*"' + MODEL_FORMAT.encode() + rb'"', head):
+        return True
+    if not head.lstrip().startswith(b"{"):
+        return False
+    import json
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeError, ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == MODEL_FORMAT
 
 
 def _fmt(v: Any, digits: int = 3) -> str:
