@@ -329,9 +329,10 @@ def test_train_replaces_a_model_file_with_a_bom_or_its_keys_in_another_order(
     assert refused.exit_code == 1 and "is not a headway model file" in refused.output
 
 
-def test_train_out_to_a_fifo_does_not_wait_for_a_writer(tmp_path: Path) -> None:
+def test_train_out_to_a_fifo_is_refused_before_training_without_waiting_for_a_writer(tmp_path: Path) -> None:
     """The `--out` guard opened the path to read its first bytes: a FIFO (or /dev/stdout on a pipe) made
-    `headway predict train` wait for ever before training."""
+    `headway predict train` wait for ever before training; and the model file, written beside the path and
+    renamed over it, replaced the FIFO (as root, /dev/stdout itself) with a regular file."""
     import os
     import threading
 
@@ -347,4 +348,19 @@ def test_train_out_to_a_fifo_does_not_wait_for_a_writer(tmp_path: Path) -> None:
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         t.join(5)
     assert not waited, "train waited for a writer on the FIFO"
-    assert results and "no job store here" in " ".join(getattr(results[0], "output", "").split())
+    text = " ".join(getattr(results[0], "output", "").split()) if results else ""
+    assert "is not a regular file" in text and "no job store here" not in text
+
+
+def test_train_out_to_a_symlink_updates_the_model_file_it_points_to(db: Path, tmp_path: Path) -> None:
+    """The model file was written beside `--out` and renamed over it: a symlink to the model file (kept in
+    another directory) was replaced by a regular file and the file it pointed to kept the old model."""
+    (tmp_path / "models").mkdir()
+    target = tmp_path / "models" / "m.json"
+    target.write_text('{"format": "headway-predictor"}')
+    link = tmp_path / "current.json"
+    link.symlink_to(target)
+    res = runner.invoke(app, ["predict", "train", "--db", str(db), "--out", str(link), "--json"])
+    assert res.exit_code == 0, res.output
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert "boosters" in json.loads(target.read_text())

@@ -169,7 +169,12 @@ def train(
 def _check_replaces_a_model(path: Path) -> None:
     """Fail unless `path` is new, empty, or a model file (damaged ones included): `--out` given a job log
     or a report silently replaced it with the model, and a log may be all that is left of those jobs."""
-    if not path.is_file():  # new, or a FIFO or /dev/stdout: reading one to look would wait for ever
+    if path.exists() and not path.is_file():  # a FIFO, /dev/stdout: reading one would wait for ever
+        fail(
+            f"--out {path}: is not a regular file (the model file is written beside it and renamed over it); "
+            "give a file name"
+        )
+    if not path.is_file():
         return
     try:
         with path.open("rb") as f:

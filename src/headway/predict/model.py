@@ -632,6 +632,8 @@ class Predictor:
             "boosters": {k: v.model_to_string() for k, v in self.boosters.items()},
         }
         path = Path(path)
+        if path.is_symlink():  # the file it names is the model file: renaming over the link replaced it
+            path = path.resolve()
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(doc))
         tmp.replace(path)
