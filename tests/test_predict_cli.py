@@ -364,3 +364,25 @@ def test_train_out_to_a_symlink_updates_the_model_file_it_points_to(db: Path, tm
     assert res.exit_code == 0, res.output
     assert link.is_symlink() and link.resolve() == target.resolve()
     assert "boosters" in json.loads(target.read_text())
+
+
+def test_train_where_only_the_calibration_slice_has_failures_says_so_instead_of_too_few_examples(
+    tmp_path: Path,
+) -> None:
+    """600 jobs whose failures are all among the latest 20% (the calibration slice): the completion model
+    had 480 jobs to fit on, all completed, and the output still blamed "too few examples for p_success"."""
+    import pyarrow as pa
+
+    t = make_history(600, seed=4, users=5, days=4)
+    submit = t.column("submit_time").to_pylist()
+    cut = sorted(submit)[int(len(submit) * 0.9)]
+    state = ["FAILED" if s >= cut else "COMPLETED" for s in submit]
+    t = t.set_column(t.schema.get_field_index("state"), "state", pa.array(state))
+    path = tmp_path / "late.duckdb"
+    with JobStore(path) as store:
+        store.upsert(t)
+    res = runner.invoke(app, ["predict", "train", "--db", str(path), "--out", str(tmp_path / "m.json")])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.stdout.split())
+    assert "every job the completion model would fit on completed" in text
+    assert "p_success" not in text.split("too few examples for", 1)[-1]

@@ -154,12 +154,19 @@ def train(
         f"models {', '.join(model.meta['models']) or 'none'}, calibration {model.meta['calibration']}"
     )
     missing = {"p_success", "runtime_q90", "ttf_q50"} - set(model.meta["models"])
-    rate = model.meta.get("success_rate")
+    rate, fit_rate = model.meta.get("success_rate"), model.meta.get("fit_success_rate")
     if "p_success" in missing and rate in (0.0, 1.0):  # not too few examples: nothing to tell apart
         missing.discard("p_success")
         out.print(
             f"every ended job {'completed' if rate == 1.0 else 'failed'}: no completion model "
             "(the smoothed success rates are the probability)"
+        )
+    elif "p_success" in missing and fit_rate in (0.0, 1.0):  # the other outcome only among the latest
+        missing.discard("p_success")
+        out.print(
+            f"every job the completion model would fit on {'completed' if fit_rate == 1.0 else 'failed'} "
+            f"(the other outcome only among the latest {model.meta['calibration_rows']:,}, kept to "
+            "calibrate): no completion model (the smoothed success rates are the probability)"
         )
     if missing:
         out.print(f"too few examples for {', '.join(sorted(missing))}: those use running medians / rates")

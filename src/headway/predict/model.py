@@ -473,6 +473,7 @@ class Predictor:
             "trained_rows": n,
             "calibration_rows": n_cal,
             "success_rate": float(y.mean()) if n else None,
+            "fit_success_rate": float(y[fit_idx].mean()) if len(fit_idx) else None,
             "config": asdict(cfg),
         }
         calibration = Calibration()
