@@ -205,7 +205,8 @@ def test_time_limits_parse_the_way_slurm_users_write_them() -> None:
     assert parse_duration("45") == 45 * 60  # a bare number is minutes, as in sbatch --time
     assert parse_duration("5:30") == 330
     assert parse_duration("90:00") == 5400  # the first field may run over
-    for bad in ("", "abc", "1:2:3:4", "0", "-5", "1:99", "1:60:00", "1-2:75"):
+    assert parse_duration("1-02") == 26 * 3600 and parse_duration("1-02:30") == 26 * 3600 + 1800
+    for bad in ("", "abc", "1:2:3:4", "0", "-5", "1:99", "1:60:00", "1-2:75", "1-25:00:00", "1-24"):
         with pytest.raises(ValueError):
             parse_duration(bad)
     assert format_elapsed(65) == "1:05"

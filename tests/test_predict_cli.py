@@ -125,6 +125,8 @@ def test_a_pending_job_on_an_old_log_is_shown_as_of_its_end_with_at_last(db: Pat
         (["predict", "show", "42", "--at", "last"], "--at is for a pending job"),
         (["predict", "show", "--user", "a", "--gpus", "nan"], "--gpus: must be a number of GPUs"),
         (["predict", "show", "--user", "a", "--gpus", "inf"], "--gpus: must be a number of GPUs"),
+        (["predict", "show", "--user", "a", "--time-limit", "1-25:99:00"], "hours 25 out of range (0-23)"),
+        (["predict", "show", "--user", "a", "--time-limit", "5:99"], "seconds 99 out of range (0-59)"),
     ],
 )
 def test_bad_input_gives_one_clear_line(
@@ -386,3 +388,13 @@ def test_train_where_only_the_calibration_slice_has_failures_says_so_instead_of_
     text = " ".join(res.stdout.split())
     assert "every job the completion model would fit on completed" in text
     assert "p_success" not in text.split("too few examples for", 1)[-1]
+
+
+def test_time_limits_in_slurms_day_hour_forms_read_as_slurm_reads_them() -> None:
+    """`1-02:30` (D-HH:MM) read as a day and 150 seconds, and `1-02` (D-HH) was refused."""
+    assert parse_time_limit("1-02") == 86400 + 2 * 3600
+    assert parse_time_limit("1-02:30") == 86400 + 2 * 3600 + 30 * 60
+    assert parse_time_limit("90:00") == 90 * 60  # the leading field may run over
+    for bad in ("1-25:99:00", "5:99", "1-24", "1:60:00"):
+        with pytest.raises(ValueError, match="out of range"):
+            parse_time_limit(bad)

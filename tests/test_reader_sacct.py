@@ -463,3 +463,28 @@ def test_ingest_refuses_options_that_would_be_silently_ignored_or_misread(tmp_pa
     philly = CliRunner().invoke(app, ["ingest", "--from-slurm", "--format", "philly", "--db", str(db)])
     assert philly.exit_code == 1 and "--format philly is for files" in philly.output, philly.output
     assert "headway-sacct-" not in philly.output and not db.exists()
+
+
+def test_timelimit_fields_out_of_range_are_bad_rows_and_day_hour_forms_read_as_slurm_writes_them(
+    tmp_path: Path,
+) -> None:
+    """`1-25:99:00` was stored as 182340 s and `5:99` as 399 s (the fields were added up whatever their
+    range); `1-02` read as a day and 2 minutes, `1-02:30` as a day, 2 minutes and 30 seconds."""
+    p = tmp_path / "s.txt"
+    p.write_text(
+        "JobID|State|Start|Elapsed|Timelimit\n"
+        "1|COMPLETED|2026-01-01T00:00:00|00:10:00|1-25:99:00\n"
+        "2|COMPLETED|2026-01-01T00:00:00|00:10:00|5:99\n"
+        "3|COMPLETED|2026-01-01T00:00:00|00:10:00|1-02\n"
+        "4|COMPLETED|2026-01-01T00:00:00|00:10:00|1-02:30\n"
+        "5|COMPLETED|2026-01-01T00:00:00|00:10:00|90:00\n"
+        "6|COMPLETED|2026-01-01T00:00:00|00:10:00|Partition_Limit\n"
+    )
+    res = READER.read(p, ReadOptions(tz="UTC"))
+    assert res.bad_row_count == 2
+    assert all("Timelimit: not a duration" in str(b) for b in res.bad_rows)
+    assert any("1-25:99:00" in str(b) for b in res.bad_rows) and any("5:99" in str(b) for b in res.bad_rows)
+    jobs = _by_id(p, tz="UTC")
+    assert set(jobs) == {"3", "4", "5", "6"}
+    assert jobs["3"].time_limit == 86400 + 2 * 3600 and jobs["4"].time_limit == 86400 + 2 * 3600 + 30 * 60
+    assert jobs["5"].time_limit == 90 * 60 and jobs["6"].time_limit is None

@@ -1008,3 +1008,12 @@ def test_the_squeue_text_fallback_reads_times_right_whatever_zone_this_process_r
     )
     jobs, source = read_queue(runner)
     assert source == "squeue -O" and [j.submit_time for j in jobs] == [epoch]
+
+
+def test_squeue_time_limits_in_day_hour_forms_and_out_of_range_fields() -> None:
+    """`1-02` (D-HH) was read as a day and 2 seconds; `1-25:99:00` as 182340 s."""
+    assert parse_duration("1-02") == 86400 + 2 * 3600
+    assert parse_duration("1-02:30") == 86400 + 2 * 3600 + 30 * 60
+    assert parse_duration("Partition_Limit") is None and parse_duration("UNLIMITED") is None
+    with pytest.raises(ValueError, match="out of range"):
+        parse_duration("1-25:99:00")

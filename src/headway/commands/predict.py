@@ -459,11 +459,12 @@ def _check_job(db: Path | None, job_id: str, source: str | None, include_cpu: bo
         )
 
 
-_TL_RE = re.compile(r"^(?:(\d+)-)?(\d+):(\d\d)(?::(\d\d))?$")
-
-
 def parse_time_limit(text: str) -> float:
-    """Seconds from '3600', '90m', '4h', '2d', 'HH:MM:SS', 'MM:SS' or Slurm's 'D-HH:MM:SS'."""
+    """Seconds from '3600', '90m', '4h', '2d', or Slurm's 'MM:SS', 'HH:MM:SS', 'D-HH', 'D-HH:MM',
+    'D-HH:MM:SS' (a bare number is seconds here). A field out of range ('1-25:99:00', '5:99') is refused,
+    not added up."""
+    from headway.local.durations import slurm_clock_seconds
+
     s = text.strip().lower()
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     try:
@@ -473,12 +474,12 @@ def parse_time_limit(text: str) -> float:
             return float(s)
     except ValueError:
         pass
-    m = _TL_RE.match(s)
-    if m:
-        d, a, b, c = m.groups()
-        if c is None:  # MM:SS
-            return int(a) * 60 + int(b) + int(d or 0) * 86400
-        return int(d or 0) * 86400 + int(a) * 3600 + int(b) * 60 + int(c)
+    if ":" in s or "-" in s:  # D-HH has no colon
+        try:
+            return slurm_clock_seconds(s)
+        except ValueError as e:
+            if "out of range" in str(e):
+                raise ValueError(f"--time-limit: {str(e).split(': ', 1)[1]} in {text!r}") from None
     raise ValueError(f"--time-limit: cannot read {text!r} (try 3600, 90m, 4h or 1-00:00:00)")
 
 

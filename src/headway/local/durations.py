@@ -8,31 +8,43 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _SUFFIXED = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 
 
+_CLOCK = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def slurm_clock_seconds(text: str) -> float:
+    """Seconds from Slurm's time formats: `MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`.
+    The first field may run over (`90:00` is 90 minutes) unless a day count leads; every later field is in
+    range (hours 0-23, minutes and seconds 0-59): `1-25:99:00` or `5:99` is no time, where adding the
+    fields up read them as 182340 s and 399 s. Raises ValueError saying which field is out of range."""
+    m = _CLOCK.match(text.strip())
+    if not m:
+        raise ValueError(f"time {text!r}: not [D-]HH:MM:SS, MM:SS or minutes")
+    d, a, b, c = m.groups()
+    fields = [int(x) for x in (a, b, c) if x is not None]
+    if d is None:  # MM, MM:SS, HH:MM:SS
+        names = {1: ("minutes",), 2: ("minutes", "seconds"), 3: ("hours", "minutes", "seconds")}[len(fields)]
+        scale = {1: (60,), 2: (60, 1), 3: (3600, 60, 1)}[len(fields)]
+        first = 1  # the leading field runs over
+    else:  # D-HH, D-HH:MM, D-HH:MM:SS
+        names = ("hours", "minutes", "seconds")[: len(fields)]
+        scale = (3600, 60, 1)[: len(fields)]
+        first = 0
+    for name, v in list(zip(names, fields, strict=True))[first:]:
+        if v > (23 if name == "hours" else 59):
+            raise ValueError(f"time {text!r}: {name} {v} out of range (0-{23 if name == 'hours' else 59})")
+    return float(int(d or 0) * 86400 + sum(v * k for v, k in zip(fields, scale, strict=True)))
+
+
 def parse_duration(text: str) -> float:
-    """Seconds. Accepts `30s`, `90m`, `2h`, `1d`, `MM:SS`, `HH:MM:SS`, `D-HH:MM:SS`, or a bare number of
-    minutes (Slurm's --time convention). Raises ValueError with the accepted forms."""
+    """Seconds. Accepts `30s`, `90m`, `2h`, `1d`, `MM:SS`, `HH:MM:SS`, `D-HH[:MM[:SS]]`, or a bare number
+    of minutes (Slurm's --time convention). Raises ValueError with the accepted forms."""
     t = text.strip().lower()
     m = _SUFFIXED.match(t)
     if m:
         value = float(m.group(1)) * _UNITS[m.group(2)]
     else:
         try:
-            days = 0
-            if "-" in t:
-                d, t = t.split("-", 1)
-                days = int(d)
-            parts = [int(p) for p in t.split(":")]
-            if len(parts) == 1:
-                secs = parts[0] * 60 if days == 0 else parts[0] * 3600
-            elif len(parts) == 2:
-                secs = parts[0] * 60 + parts[1] if days == 0 else parts[0] * 3600 + parts[1] * 60
-            elif len(parts) == 3:
-                secs = parts[0] * 3600 + parts[1] * 60 + parts[2]
-            else:
-                raise ValueError
-            if any(p < 0 for p in parts) or days < 0 or any(p > 59 for p in parts[1:]):
-                raise ValueError  # `1:99` is no time (the first field may run over: 90:00 is 90 minutes)
-            value = float(days * 86400 + secs)
+            value = slurm_clock_seconds(t)
         except ValueError:
             raise ValueError(
                 f"time {text!r}: use e.g. 30s, 90m, 2h, 1d, HH:MM:SS, D-HH:MM:SS, or minutes"

@@ -314,19 +314,16 @@ def squeue_text_args() -> list[str]:
 
 
 def parse_duration(s: str) -> float | None:
-    """Slurm's time limit text ([D-]HH:MM:SS, MM:SS, UNLIMITED) in seconds; None when unlimited."""
+    """Slurm's time limit text (MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, UNLIMITED) in seconds; None
+    when unlimited. ValueError for a field out of range (D-HH was read as D-00:00:HH)."""
+    from headway.local.durations import slurm_clock_seconds
+
     s = s.strip()
     if not s or s.upper() in ("UNLIMITED", "INFINITE", "N/A", "NOT_SET", "PARTITION_LIMIT"):
         return None
-    days = 0
-    if "-" in s:
-        d, s = s.split("-", 1)
-        days = int(d)
-    parts = [int(p) for p in s.split(":")]
-    while len(parts) < 3:
-        parts.insert(0, 0)
-    h, m, sec = parts[-3:]
-    return float(days * 86400 + h * 3600 + m * 60 + sec)
+    if ":" not in s and "-" not in s:  # squeue prints minutes with a colon: a bare number is seconds here
+        return float(int(s))
+    return slurm_clock_seconds(s)
 
 
 # The environment headway runs `squeue -O` with: its times in UTC, which has no repeated hour (in a local

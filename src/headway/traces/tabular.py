@@ -780,7 +780,6 @@ _DURATION_RE = (
 
 def _durations(s: pa.Array) -> tuple[pa.Array, pa.Array]:
     parts = pc.extract_regex(s, _DURATION_RE)
-    bad = pc.and_(pc.is_valid(s), pc.is_null(parts))
 
     def part(name: str) -> pa.Array:
         f = pc.struct_field(parts, name)
@@ -788,23 +787,36 @@ def _durations(s: pa.Array) -> tuple[pa.Array, pa.Array]:
 
     d, a, b, c = part("d"), part("a"), part("b"), part("c")
     colons = pc.fill_null(pc.count_substring(s, ":"), 0)
-    # Slurm: HH:MM:SS with two colons, MM:SS with one, bare minutes with none (all may carry D-).
-    secs = pc.if_else(
+    days = pc.fill_null(pc.not_equal(pc.struct_field(parts, "d"), ""), False)
+    # Slurm: HH:MM:SS with two colons, MM:SS with one, bare minutes with none; after D- the first field is
+    # hours: D-HH:MM:SS, D-HH:MM, D-HH (D-HH was read as D days and HH minutes, D-HH:MM as minutes:seconds).
+    no_days = pc.if_else(
         pc.greater_equal(colons, 2),
         pc.add(pc.add(pc.multiply(a, 3600.0), pc.multiply(b, 60.0)), c),
         pc.if_else(pc.equal(colons, 1), pc.add(pc.multiply(a, 60.0), b), pc.multiply(a, 60.0)),
     )
-    total = pc.add(pc.multiply(d, 86400.0), secs)
-    ok = pc.is_valid(parts)
+    with_days = pc.add(pc.add(pc.multiply(a, 3600.0), pc.multiply(b, 60.0)), c)
+    total = pc.add(pc.multiply(d, 86400.0), pc.if_else(days, with_days, no_days))
+    # Every field but the leading one is in range (90:00 is 90 minutes; 5:99 and 1-25:99:00 are no time).
+    out_of_range = pc.or_(
+        pc.or_(pc.greater(b, 59.0), pc.greater_equal(c, 60.0)), pc.and_(days, pc.greater(a, 23.0))
+    )
+    ok = pc.and_(pc.is_valid(parts), pc.invert(pc.fill_null(out_of_range, False)))
+    bad = pc.and_(pc.is_valid(s), pc.invert(pc.fill_null(ok, False)))
     return pc.if_else(ok, pc.round(total), pa.scalar(None, pa.float64())).cast(pa.int64()), bad
 
 
 def duration_seconds(frame: Frame, values: pa.Array | None, what: str) -> pa.Array:
-    """Slurm durations `[D-]HH:MM:SS`, `MM:SS` or `MM` (minutes) to seconds; UNLIMITED etc. are null."""
+    """Slurm durations `[D-]HH:MM:SS`, `MM:SS`, `MM` (minutes), `D-HH`, `D-HH:MM` to seconds; UNLIMITED etc.
+    are null. A field out of range flags the row, as text that is no duration does."""
     if values is None:
         return pa.nulls(frame.n, pa.int64())
     s = frame.clean(values, DURATION_NULLS)
-    return frame.per_distinct(s, _durations, f"{what}: not a duration like 1-02:03:04")
+    return frame.per_distinct(
+        s,
+        _durations,
+        f"{what}: not a duration like 1-02:03:04 (hours 0-23 after days; minutes, seconds 0-59)",
+    )
 
 
 @dataclass(slots=True)
