@@ -398,3 +398,27 @@ def test_time_limits_in_slurms_day_hour_forms_read_as_slurm_reads_them() -> None
     for bad in ("1-25:99:00", "5:99", "1-24", "1:60:00"):
         with pytest.raises(ValueError, match="out of range"):
             parse_time_limit(bad)
+
+
+def test_show_of_a_job_the_model_was_trained_on_says_its_outcome_was_in_the_training_data(
+    db: Path, tmp_path: Path
+) -> None:
+    """`show JOBID` of an ended job used a model trained on that job's own outcome and said nothing; a
+    model file written before the training span was recorded still loads, and says it cannot tell."""
+    model = tmp_path / "m.json"
+    res = runner.invoke(app, ["predict", "train", "--db", str(db), "--out", str(model), "--json"])
+    assert res.exit_code == 0, res.output
+    args = ["predict", "show", "42", "--db", str(db), "--model", str(model)]
+    r = _json([*args, "--json"])
+    job = r["job"]
+    assert isinstance(job, dict) and job["state"] in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED")
+    assert r["in_training_data"] is True and "its own outcome was in the training data" in str(r["note"])
+    text = " ".join(runner.invoke(app, args).stdout.split())
+    assert "job 42 ended" in text and "its own outcome was in the training data" in text
+    doc = json.loads(model.read_text())
+    del doc["meta"]["trained_until"], doc["meta"]["trained_from_submit"]
+    model.write_text(json.dumps(doc))
+    old = _json([*args, "--json"])
+    assert old["in_training_data"] is None and "records no training end" in str(old["note"])
+    pending = _json(["predict", "show", "--db", str(db), "--model", str(model), "--user", "a", "--json"])
+    assert pending["in_training_data"] is False

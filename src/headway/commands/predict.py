@@ -579,6 +579,7 @@ def show(
             f"the model was trained on jobs of {', '.join(trained_on)}, these are of {', '.join(sources)}: "
             "another cluster's habits (train one on this store with `headway predict train`)"
         )
+    seen: bool | None = False  # whether the model was trained on this job's own outcome
     if job_id is not None:
         hits = np.flatnonzero(frame.job_id == job_id)
         if len(hits) == 0:
@@ -597,6 +598,15 @@ def show(
             "state": frame.state[i],
             "runtime": None if math.isnan(frame.runtime[i]) else float(frame.runtime[i]),
         }
+        if (
+            model is not None
+            and bool(frame.ended[i])
+            and not (trained_on and not set(trained_on) & set(sources))
+        ):
+            seen, seen_note = _in_training_data(
+                model.meta, job_id, float(frame.submit[i]), float(frame.end[i])
+            )
+            note = "; ".join(n for n in (note, seen_note) if n) or None
     else:
         try:
             tl_s = parse_time_limit(time_limit) if time_limit is not None else math.nan
@@ -662,6 +672,7 @@ def show(
         "reasons": reasons,
         "model": str(model_path) if model is not None else None,
         "note": note,
+        "in_training_data": seen,
         "features": {
             n: (None if isinstance(v, float) and math.isnan(v) else v)
             for n, v in zip(FEATURES, X[0].tolist() + [c[0] for c in cats.values()], strict=True)
@@ -698,6 +709,27 @@ def show(
 
 
 STALE_STORE_S = 30 * 86400.0
+
+
+def _in_training_data(
+    meta: dict[str, Any], job_id: str, submit: float, end: float
+) -> tuple[bool | None, str | None]:
+    """Whether a model was trained on this ended job's own outcome (it trains on the ended jobs it was
+    given, the latest by submit time), and the note that says so: a past job's figures are then partly
+    its own result read back, not a forecast. None when the model file records no training span (one
+    written before headway recorded it)."""
+    until, since = meta.get("trained_until"), meta.get("trained_from_submit")
+    if not isinstance(until, int | float):
+        return None, (
+            "the model file records no training end (retrain to record it): "
+            f"job {job_id}'s own outcome may be in its training data"
+        )
+    if end <= until and (not isinstance(since, int | float) or submit >= since):
+        return True, (
+            f"job {job_id} ended {_iso(end)}, before the model's training data ends ({_iso(until)}): "
+            "its own outcome was in the training data, so this is no blind forecast"
+        )
+    return False, None
 
 
 def _submit_time(at: str | None, ends: Any) -> tuple[float, str | None]:

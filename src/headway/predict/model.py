@@ -474,6 +474,9 @@ class Predictor:
             "calibration_rows": n_cal,
             "success_rate": float(y.mean()) if n else None,
             "fit_success_rate": float(y[fit_idx].mean()) if len(fit_idx) else None,
+            # what the training data spans, so that `show` can tell a past job the model has seen
+            "trained_from_submit": float(frame.submit[rows].min()) if n else None,
+            "trained_until": float(np.nanmax(frame.end[rows])) if n else None,
             "config": asdict(cfg),
         }
         calibration = Calibration()
