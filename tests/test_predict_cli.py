@@ -422,3 +422,18 @@ def test_show_of_a_job_the_model_was_trained_on_says_its_outcome_was_in_the_trai
     assert old["in_training_data"] is None and "records no training end" in str(old["note"])
     pending = _json(["predict", "show", "--db", str(db), "--model", str(model), "--user", "a", "--json"])
     assert pending["in_training_data"] is False
+
+
+def test_show_at_a_time_before_the_stores_history_says_the_prediction_has_no_history(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`show --at 2001-01-01` on a store whose jobs start years later printed a prediction as if it had a
+    history behind it; no job had ended then, so every rate was its prior."""
+    monkeypatch.chdir(tmp_path)  # no model file here: cold-start estimates
+    args = ["predict", "show", "--db", str(db), "--user", "a", "--at", "2001-01-01"]
+    r = _json([*args, "--json"])
+    assert "has no history behind it" in str(r["note"])
+    text = " ".join(runner.invoke(app, args).stdout.split())
+    assert "no job in the store had ended by 2001-01-01T00:00:00+00:00" in text
+    later = _json(["predict", "show", "--db", str(db), "--user", "a", "--at", "last", "--json"])
+    assert "no history" not in str(later["note"])

@@ -753,6 +753,12 @@ def _submit_time(at: str | None, ends: Any) -> tuple[float, str | None]:
         if when.tzinfo is None:
             when = when.replace(tzinfo=dt.UTC)
         now = when.timestamp()
+    first = float(done.min()) if len(done) else None
+    if first is not None and now <= first:  # replay_state sees no ended job: every rate is its prior
+        return now, (
+            f"no job in the store had ended by {_iso(now)} (the first ended {_iso(first)}): the prediction "
+            "has no history behind it (no success rate or runtime of this user, name or cluster yet)"
+        )
     if last is not None and now - last > STALE_STORE_S:
         days = (now - last) / 86400.0
         return now, (
