@@ -437,3 +437,14 @@ def test_show_at_a_time_before_the_stores_history_says_the_prediction_has_no_his
     assert "no job in the store had ended by 2001-01-01T00:00:00+00:00" in text
     later = _json(["predict", "show", "--db", str(db), "--user", "a", "--at", "last", "--json"])
     assert "no history" not in str(later["note"])
+
+
+def test_a_job_with_no_time_limit_is_described_as_none_given_not_none_yet() -> None:
+    """A reason read "the requested time limit: none yet", as if the limit were history still to come."""
+    import math
+
+    from headway.predict.explain import describe_value
+
+    assert describe_value("log_time_limit", math.nan, {}) == "none given"
+    assert describe_value("user_success_rate", math.nan, {}) == "none yet"
+    assert describe_value("log_time_limit", math.log(3600.0), {}) == "60m"

@@ -64,6 +64,9 @@ WORDS: dict[str, tuple[str, str]] = {
 }
 
 
+_REQUESTED = frozenset({"log_time_limit"})  # features of the job's request, not of the history before it
+
+
 def duration(seconds: float) -> str:
     """A short human duration: 45s, 12m, 3.5h, 2.1d."""
     if not math.isfinite(seconds):
@@ -80,6 +83,8 @@ def duration(seconds: float) -> str:
 def describe_value(name: str, value: float, vocab: dict[str, list[str]]) -> str:
     kind = WORDS.get(name, (name, _RAW))[1]
     if value is None or (isinstance(value, float) and math.isnan(value)):
+        if name in _REQUESTED:  # asked for, not learnt from history: "none yet" read as if it would come
+            return "none given"
         return "none yet" if kind in (_RATE, _LOGS, _HOURS) else "unknown"
     if kind == _RATE:
         return f"{100 * value:.0f}%"
