@@ -448,3 +448,14 @@ def test_a_job_with_no_time_limit_is_described_as_none_given_not_none_yet() -> N
     assert describe_value("log_time_limit", math.nan, {}) == "none given"
     assert describe_value("user_success_rate", math.nan, {}) == "none yet"
     assert describe_value("log_time_limit", math.log(3600.0), {}) == "60m"
+
+
+def test_show_prints_a_dash_for_a_pending_job_with_no_user_or_name(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`show --gpus 4` printed "user=None name=None"."""
+    monkeypatch.chdir(tmp_path)  # no model file here: cold-start estimates
+    res = runner.invoke(app, ["predict", "show", "--db", str(db), "--gpus", "4", "--at", "last"])
+    assert res.exit_code == 0, res.output
+    first = res.stdout.splitlines()[0]
+    assert "user=- name=- gpus=4" in first and "None" not in first

@@ -683,7 +683,8 @@ def show(
         return
     who = f"job {job_id}" if job_id else "pending job"
     # the id, user and name as stored or given (`--name '[/]'`), never read as markup
-    out.print(Text.assemble((who, "bold"), f" user={job['user']} name={job['name']} gpus={job['gpus']:g}"))
+    user, name = (job[k] if job[k] not in (None, "") else "-" for k in ("user", "name"))
+    out.print(Text.assemble((who, "bold"), f" user={user} name={name} gpus={job['gpus']:g}"))
     if note:
         out.print(plain(note))
     out.print(f"  P(completes)          {_percent(p_s)}")
