@@ -459,3 +459,18 @@ def test_show_prints_a_dash_for_a_pending_job_with_no_user_or_name(
     assert res.exit_code == 0, res.output
     first = res.stdout.splitlines()[0]
     assert "user=- name=- gpus=4" in first and "None" not in first
+
+
+def test_evaluate_on_a_tiny_store_warns_that_its_figures_mean_little(db: Path, tmp_path: Path) -> None:
+    """5 jobs: trained on 3, tested on 2, and the figures (an AUC of 1.0 on some stores) came with no word
+    that they are chance."""
+    path = tmp_path / "tiny.duckdb"
+    with JobStore(path) as store:
+        store.upsert(make_history(5, seed=4, users=2, days=4))
+    r = _json(["predict", "evaluate", "--db", str(path), "--json"])
+    warnings = r["warnings"]
+    assert isinstance(warnings, list) and len(warnings) == 2
+    assert "fewer than the 50" in warnings[0] and "fewer than 30 of either" in warnings[1]
+    text = " ".join(runner.invoke(app, ["predict", "evaluate", "--db", str(path)]).stdout.split())
+    assert "warning: trained on" in text and "AUC and calibration figures are mostly chance" in text
+    assert _json(["predict", "evaluate", "--db", str(db), "--json"])["warnings"] == []

@@ -266,6 +266,8 @@ def evaluate(
         f"(success rate {sp['test_success_rate']:.1%}); "
         f"trained on {sp['train_jobs']:,} jobs that ended before"
     )
+    for w in report.get("warnings", []):
+        out.print(plain(f"warning: {w}"))
     b = report["baseline"]
     t = Table(title="completion: model vs baseline (smoothed per-user success rate)")
     for col in ("metric", "model", "baseline", "better"):
