@@ -474,3 +474,21 @@ def test_evaluate_on_a_tiny_store_warns_that_its_figures_mean_little(db: Path, t
     text = " ".join(runner.invoke(app, ["predict", "evaluate", "--db", str(path)]).stdout.split())
     assert "warning: trained on" in text and "AUC and calibration figures are mostly chance" in text
     assert _json(["predict", "evaluate", "--db", str(db), "--json"])["warnings"] == []
+
+
+def test_a_limit_kept_only_by_rounding_the_suggestion_up_does_not_say_the_p90_reaches_it() -> None:
+    """p90 runtime + 25% of 61 minutes is rounded up to 75 and capped at a 70-minute limit: `show` said
+    "keep it (the p90 runtime + 25% reaches it)", but 61 minutes does not reach 70."""
+    from headway.commands.predict import limit_advice
+
+    p90, req = 61 * 60 / 1.25, 70 * 60.0
+    suggested = suggest_time_limit(p90, req)
+    assert suggested >= req  # kept
+    advice = limit_advice(p90, req, suggested)
+    assert advice.startswith("keep it") and "25% reaches it" not in advice
+    assert "the p90 runtime + 25% is 61m; rounded up, it reaches it" in advice
+    reached = 80 * 60 / 1.25  # 80 minutes does reach a 70-minute limit
+    assert (
+        limit_advice(reached, req, suggest_time_limit(reached, req))
+        == "keep it (the p90 runtime + 25% reaches it)"
+    )

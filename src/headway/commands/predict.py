@@ -498,6 +498,8 @@ def limit_advice(p90_s: float, requested_s: float | None, suggested_s: float, ma
     if requested_s is not None and suggested_s >= requested_s:
         if floor and p90_s * margin < requested_s:
             return f"keep it (no limit under {duration(MIN_SUGGESTED_S)} is suggested)"
+        if p90_s * margin < requested_s:  # the rounding up to a 5/15/60-minute step reaches it, not the p90
+            return f"keep it (the p90 runtime + 25% is {duration(p90_s * margin)}; rounded up, it reaches it)"
         return "keep it (the p90 runtime + 25% reaches it)"
     if floor:
         return (
