@@ -425,3 +425,20 @@ def test_explain_says_when_a_job_started_by_backfill(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     last = json.loads(res.stdout)["explain"]["multifactor"]["passes"][-1]
     assert last["rank"] > 1 and "started by backfill (ends before the reservation of job" in last["reason"]
+
+
+def test_explain_of_a_job_listed_again_says_why_its_last_listing_was_left_out(tmp_path: Path) -> None:
+    """A job whose last listing never ran (requeued, still pending when the log was taken) was explained
+    from its first listing, which ran: `CPU-only (0 GPUs)` for an 8-GPU job."""
+    t = generate(40, seed=3)
+    first = t.slice(0, 1).to_pylist()[0]
+    again = {**first, "start_time": None, "end_time": None, "state": "PENDING"}
+    p = tmp_path / "listed-again.parquet"
+    pq.write_table(pa.concat_tables([t, pa.Table.from_pylist([again], schema=t.schema)]), p)
+    res = runner.invoke(
+        app,
+        ["simulate", str(p), *CLUSTER, "--policy", "fifo", "--explain", first["job_id"], "--json"],
+    )
+    assert res.exit_code == 0, res.output
+    why = json.loads(res.stdout)["explain"]["left_out"]
+    assert why == "never started or never ended in the trace"

@@ -651,7 +651,9 @@ def _left_out(jobs: pa.Table, results: Sequence[SimResult], job_id: str) -> str 
     for line in results[0].excluded:
         if line.startswith(f"{job_id}: "):
             return line[len(job_id) + 2 :]
-    row = jobs.filter(pc.equal(jobs.column("job_id"), job_id)).to_pylist()[0]
+    # The last listing: a job listed again is replayed from its last listing (as the store keeps it), so
+    # that one is what was left out, not an earlier listing that may have run.
+    row = jobs.filter(pc.equal(jobs.column("job_id"), job_id)).to_pylist()[-1]
     if row["submit_time"] is None:
         return NO_SUBMIT
     if row["gpus"] is None:
