@@ -442,3 +442,17 @@ def test_explain_of_a_job_listed_again_says_why_its_last_listing_was_left_out(tm
     assert res.exit_code == 0, res.output
     why = json.loads(res.stdout)["explain"]["left_out"]
     assert why == "never started or never ended in the trace"
+
+
+def test_a_parquet_trace_with_a_mapping_is_read_as_parquet_as_ingest_reads_it(
+    trace: Path, tmp_path: Path
+) -> None:
+    """`--mapping` forced the CSV reader on any file, so a Parquet trace failed with its binary bytes
+    printed as a CSV header, where `headway ingest --mapping` reads the same file as Parquet."""
+    mapping = tmp_path / "m.toml"
+    mapping.write_text('[fields]\njob_id = "id"\n')
+    res = runner.invoke(
+        app, ["simulate", str(trace), *CLUSTER, "--policy", "fifo", "--mapping", str(mapping), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["trace"]["format"] == "parquet"

@@ -273,7 +273,9 @@ def load_jobs(
             fail("--mapping is for --format csv")
         try:
             with plain_file(trace) as plain:
-                chosen = fmt if fmt != "auto" else "csv" if mapping is not None else sniff(plain)
+                # As `ingest` sniffs: a mapping means CSV, except for a Parquet or JSON file, which
+                # has its own columns (forcing CSV read a Parquet file's bytes as a header).
+                chosen = fmt if fmt != "auto" else sniff(plain, has_mapping=mapping is not None)
                 res = read(chosen, plain, ReadOptions(tz=tz, mapping=mapping))
         except BadInputError as e:
             fail(str(e))
