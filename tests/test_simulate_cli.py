@@ -456,3 +456,19 @@ def test_a_parquet_trace_with_a_mapping_is_read_as_parquet_as_ingest_reads_it(
     )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["trace"]["format"] == "parquet"
+
+
+def test_json_stdout_stays_empty_when_every_job_is_left_out(trace: Path, tmp_path: Path) -> None:
+    """With --json, the footer that lists the left-out jobs went to stdout before the error, so a
+    `simulate --json | jq` got text that is not JSON; it goes to stderr with the error now."""
+    import pyarrow.compute as pc
+
+    t = pq.read_table(trace)
+    big = tmp_path / "big.parquet"
+    pq.write_table(t.filter(pc.greater(t.column("gpus"), 1)), big)
+    res = runner.invoke(
+        app, ["simulate", str(big), "--nodes", "1", "--gpus-per-node", "1", "--policy", "fifo", "--json"]
+    )
+    assert res.exit_code == 1, res.output
+    assert res.stdout == ""
+    assert "left out of the simulation" in res.stderr and "every job was left out" in res.stderr

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
+from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -676,15 +677,17 @@ def _cpu_hint(counts: Mapping[str, int], include_cpu: bool) -> str:
     return "; --include-cpu replays CPU-only jobs too" if counts.get(CPU_ONLY) and not include_cpu else ""
 
 
-def _print_left_out(counts: Mapping[str, int], excluded: Sequence[str]) -> None:
-    """The footer that says which jobs were not replayed, and why."""
+def _print_left_out(counts: Mapping[str, int], excluded: Sequence[str], to: Console | None = None) -> None:
+    """The footer that says which jobs were not replayed, and why (on stdout unless `to` says otherwise:
+    with --json, stdout holds the JSON alone)."""
     if not counts:
         return
-    out.print(f"[yellow]left out of the simulation:[/] {_left_out_text(counts)}", markup=True)
+    con = to or out
+    con.print(f"[yellow]left out of the simulation:[/] {_left_out_text(counts)}", markup=True)
     for line in excluded[:5]:
-        out.print(f"  {line}", markup=False)
+        con.print(f"  {line}", markup=False)
     if len(excluded) > 5:
-        out.print(f"  ... and {len(excluded) - 5:,} more larger than the cluster (all in --json)")
+        con.print(f"  ... and {len(excluded) - 5:,} more larger than the cluster (all in --json)")
 
 
 def _explain_tables(results: Sequence[SimResult], job_id: str) -> tuple[list[Table], dict[str, Any]]:
@@ -834,7 +837,7 @@ def simulate(
         workers=workers,
     )
     if results and results[0].jobs.num_rows == 0:
-        _print_left_out(results[0].excluded_counts, results[0].excluded)
+        _print_left_out(results[0].excluded_counts, results[0].excluded, err if as_json else out)
         fail(
             f"{info.label}: every job was left out of the simulation (see above); nothing to compare"
             + _cpu_hint(results[0].excluded_counts, include_cpu)
