@@ -116,3 +116,14 @@ def test_demo_refuses_a_report_named_as_its_store(tmp_path: Path) -> None:
     res = runner.invoke(app, ["demo", "--db", str(same), "--html", str(same)])
     assert res.exit_code == 1 and "is the job store given as --db" in " ".join(res.output.split())
     assert not same.exists()
+
+
+def test_synth_of_more_jobs_than_memory_holds_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """A quadrillion jobs need petabytes (more than any address space): numpy's MemoryError came out as a
+    Python traceback; it is one error line now, and nothing is written."""
+    out = tmp_path / "huge.parquet"
+    res = runner.invoke(app, ["synth", "-n", str(10**15), "-o", str(out)])
+    assert res.exit_code == 1, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    assert "not enough memory to generate that many jobs" in " ".join(res.stderr.split())
+    assert not out.exists()

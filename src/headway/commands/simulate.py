@@ -1124,6 +1124,7 @@ def sweep(
 # ---------------------------------------------------------------------------------------------- synth
 
 SYNTH_FORMATS: tuple[str, ...] = ("parquet", "csv", "sacct")
+SYNTH_BYTES_PER_JOB = 400  # peak memory of `synth` per job (measured: 1M jobs, 0.4 GB above the start)
 
 
 def synth(
@@ -1159,8 +1160,15 @@ def synth(
     if fmt == "csv":
         check_output_file(mapping_path(out_path), "--out's mapping file")
     t0 = time.perf_counter()
-    with err.status(f"generating {jobs:,} jobs", spinner="dots") if not as_json else _Null():
-        table = generate(jobs, seed, users=users, profile=profile)
+    try:
+        with err.status(f"generating {jobs:,} jobs", spinner="dots") if not as_json else _Null():
+            table = generate(jobs, seed, users=users, profile=profile)
+    except MemoryError:  # numpy refuses the arrays up front: one line, not a traceback
+        fail(
+            f"--jobs {jobs:,}: not enough memory to generate that many jobs (a million take about "
+            f"{SYNTH_BYTES_PER_JOB * 10**6 / 2**30:.1f} GiB, so these need about "
+            f"{SYNTH_BYTES_PER_JOB * jobs / 2**30:,.0f} GiB); generate fewer"
+        )
     gen_s = time.perf_counter() - t0
     try:
         if fmt == "parquet":
