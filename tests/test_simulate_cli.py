@@ -472,3 +472,18 @@ def test_json_stdout_stays_empty_when_every_job_is_left_out(trace: Path, tmp_pat
     assert res.exit_code == 1, res.output
     assert res.stdout == ""
     assert "left out of the simulation" in res.stderr and "every job was left out" in res.stderr
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_cluster_too_big_for_memory_is_one_error_line(trace: Path, tmp_path: Path, workers: str) -> None:
+    """A node of 10^15 GPUs (a typo's worth of zeros) made numpy refuse the cluster's arrays: a
+    MemoryError traceback, in this process or from a worker; one error line now, naming the policy."""
+    c = tmp_path / "c.toml"
+    c.write_text(f"[[nodes]]\ncount = 1\ngpus = {10**15}\n")
+    res = runner.invoke(
+        app, ["simulate", str(trace), "--cluster", str(c), "--policy", "fifo,las", "--workers", workers]
+    )
+    assert res.exit_code == 1, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    text = " ".join(res.stderr.split())  # side by side, whichever replay fails first is named
+    assert "fifo: not enough memory for this replay" in text or "las: not enough memory" in text, text

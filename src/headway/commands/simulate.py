@@ -549,7 +549,7 @@ def run_policies(
 ) -> list[SimResult]:
     """One replay per policy: side by side in `workers` processes when there are several (0: as many as
     the CPUs and memory allow), else one after another in this process."""
-    from headway.sim.fanout import PolicyError, RunArgs, auto_workers, run_parallel
+    from headway.sim.fanout import OUT_OF_MEMORY, PolicyError, RunArgs, auto_workers, run_parallel
     from headway.sim.run import run_simulation
 
     n_workers = auto_workers(len(policies), jobs.num_rows) if workers == 0 else workers
@@ -592,6 +592,8 @@ def run_policies(
                 )
             except (ValueError, BadInputError, RuntimeError) as e:
                 fail(f"{pol}: {e}")
+            except MemoryError:
+                fail(f"{pol}: {OUT_OF_MEMORY}")
             if not res.wall_seconds:
                 res.wall_seconds = time.perf_counter() - t0
             progress.update(task, completed=progress.tasks[task].total)

@@ -30,6 +30,10 @@ RUN_BYTES_PER_JOB = 1_000
 # Below this many job replays in all, one process finishes before worker processes would have started
 # (each imports numpy, pyarrow and LightGBM, about a second or two).
 PARALLEL_MIN_JOB_RUNS = 5_000
+OUT_OF_MEMORY = (
+    "not enough memory for this replay (the cluster model holds a row per node and a column per GPU of "
+    "its largest node: check the node and GPU counts)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +114,8 @@ def _run_one(policy: str) -> SimResult:
         )
     except (ValueError, RuntimeError, BadInputError) as e:  # bad input: reported with the policy's name
         raise PolicyError(policy, str(e)) from None
+    except MemoryError:  # numpy refused an array (a cluster of absurd size): a line, not a traceback
+        raise PolicyError(policy, OUT_OF_MEMORY) from None
 
 
 def run_parallel(
