@@ -177,3 +177,18 @@ def test_workers_print_no_arrow_warnings(tmp_path: Path) -> None:
     res = subprocess.run([*cmd, "--seeds", "0,1", "--workers", "2", "--json"], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert "poorly aligned" not in res.stderr and "arrow" not in res.stderr.lower()
+
+
+@pytest.mark.slow
+def test_a_cell_whose_cluster_is_too_big_for_memory_is_one_line_naming_the_cell(tmp_path: Path) -> None:
+    """A node of 10^15 GPUs made numpy refuse the cluster's arrays on the worker; the MemoryError came
+    back to the client as a traceback, where a load the trace cannot take is one line naming the cell."""
+    trace = tmp_path / "one.parquet"
+    pq.write_table(generate(5, seed=4), trace)
+    c = tmp_path / "c.toml"
+    c.write_text(f"[[nodes]]\ncount = 1\ngpus = {10**15}\n")
+    res = runner.invoke(
+        app, ["sweep", str(trace), "--cluster", str(c), "--policy", "fifo", "--load", "natural"]
+    )
+    assert res.exit_code == 1 and (res.exception is None or isinstance(res.exception, SystemExit))
+    assert "fifo at load natural: not enough memory for this replay" in " ".join(res.output.split())

@@ -84,6 +84,10 @@ def run_cell(
         )
     except ValueError as e:  # bad input for this cell (a load the trace cannot take): named, no traceback
         raise SweepError(f"{cell.policy} at load {cell.load_label}: {e}") from None
+    except MemoryError:  # numpy refused the cluster's arrays on the worker: named, as `simulate` names it
+        from headway.sim.fanout import OUT_OF_MEMORY
+
+        raise SweepError(f"{cell.policy} at load {cell.load_label}: {OUT_OF_MEMORY}") from None
     return CellResult(cell, compute(res), tuple(res.excluded), tuple(res.excluded_counts.items()))
 
 
