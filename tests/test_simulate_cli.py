@@ -487,3 +487,13 @@ def test_a_cluster_too_big_for_memory_is_one_error_line(trace: Path, tmp_path: P
     assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
     text = " ".join(res.stderr.split())  # side by side, whichever replay fails first is named
     assert "fifo: not enough memory for this replay" in text or "las: not enough memory" in text, text
+
+
+def test_a_binary_cluster_file_is_refused_naming_the_file(trace: Path, tmp_path: Path) -> None:
+    """A cluster file that is not UTF-8 (a binary given by mistake) failed with Python's codec message
+    alone ("'utf-8' codec can't decode byte ..."), naming neither the file nor what was wrong with it."""
+    c = tmp_path / "cluster.toml"
+    c.write_bytes(b"[[nodes]]\ncount = 1\ngpus = 8\n\xd0\xff\n")
+    res = runner.invoke(app, ["simulate", str(trace), "--policy", "fifo", "--cluster", str(c)])
+    assert res.exit_code == 1, res.output
+    assert f"{c}: not valid TOML: not UTF-8 text" in " ".join(res.stderr.split())

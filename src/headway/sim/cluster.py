@@ -106,6 +106,8 @@ class ClusterSpec:
             raise ClusterSpecError(f"{p}: cannot read: {e.strerror}") from e
         except tomllib.TOMLDecodeError as e:
             raise ClusterSpecError(f"{p}: not valid TOML: {e}") from e
+        except UnicodeDecodeError as e:  # a binary file given by mistake: say which file, as for bad TOML
+            raise ClusterSpecError(f"{p}: not valid TOML: not UTF-8 text (byte {e.start})") from None
         per_rack = doc.get("nodes_per_rack", 8)
         groups = doc.get("nodes")
         if unknown := sorted(set(doc) - _TOP_KEYS):
