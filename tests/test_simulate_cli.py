@@ -497,3 +497,13 @@ def test_a_binary_cluster_file_is_refused_naming_the_file(trace: Path, tmp_path:
     res = runner.invoke(app, ["simulate", str(trace), "--policy", "fifo", "--cluster", str(c)])
     assert res.exit_code == 1, res.output
     assert f"{c}: not valid TOML: not UTF-8 text" in " ".join(res.stderr.split())
+
+
+def test_a_node_list_without_gpu_nodes_is_refused_naming_the_file(trace: Path, tmp_path: Path) -> None:
+    """A node list whose nodes all have 0 GPUs (the CPU part of Alibaba's all-node list) failed with
+    `the cluster has no GPUs`, without saying which file or where the GPU nodes are."""
+    nodes = tmp_path / "cpu_nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nopenb-node-0000,32000,262144,0,\n")
+    res = runner.invoke(app, ["simulate", str(trace), "--policy", "fifo", "--nodes-file", str(nodes)])
+    assert res.exit_code == 1, res.output
+    assert f"{nodes}: none of its 1 nodes has a GPU" in " ".join(res.stderr.split())

@@ -92,6 +92,11 @@ class ClusterSpec:
         from headway.traces.alibaba import read_alibaba_nodes
 
         nodes = read_alibaba_nodes(path)
+        if not any(n.gpus > 0 for n in nodes):  # the file is named: `the cluster has no GPUs` alone was not
+            raise ClusterSpecError(
+                f"{path}: none of its {len(nodes):,} nodes has a GPU (Alibaba's GPU nodes are in "
+                "openb_node_list_gpu_node.csv)"
+            )
         return cls.from_counts(
             [n.gpus for n in nodes], [n.name for n in nodes], [n.model for n in nodes], nodes_per_rack
         )
