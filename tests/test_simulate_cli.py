@@ -507,3 +507,17 @@ def test_a_node_list_without_gpu_nodes_is_refused_naming_the_file(trace: Path, t
     res = runner.invoke(app, ["simulate", str(trace), "--policy", "fifo", "--nodes-file", str(nodes)])
     assert res.exit_code == 1, res.output
     assert f"{nodes}: none of its 1 nodes has a GPU" in " ".join(res.stderr.split())
+
+
+def test_html_report_says_the_units_its_table_shows(trace: Path, tmp_path: Path) -> None:
+    """The page said "Times in hours" above a table whose times read "0 s" or "3.5 min" for short waits
+    (the table marks each time's unit; only the CDF charts are in hours)."""
+    out = tmp_path / "r.html"
+    res = runner.invoke(
+        app, ["simulate", str(trace), "--nodes", "64", "--policy", "fifo", "--html", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    page = out.read_text()
+    assert "<td>0 s</td>" in page  # nobody waits on 512 GPUs: a time in seconds
+    assert "Times in hours" not in page
+    assert "Times in the table in s, min or h as marked, on the charts in hours;" in page

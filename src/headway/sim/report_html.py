@@ -154,7 +154,8 @@ th:first-child, td:first-child {{ text-align: left; }}
 </head><body>
 <h1>{html.escape(title)}</h1>
 <p>{html.escape(subtitle)}</p>
-<p>Times in hours; definitions in docs/simulate.md. Generated {stamp}.</p>
+<p>Times in the table in s, min or h as marked, on the charts in hours;
+definitions in docs/simulate.md. Generated {stamp}.</p>
 <div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>
 <ul>{note_html}</ul>
 <div class="grid">{cells}</div>
