@@ -521,3 +521,23 @@ def test_html_report_says_the_units_its_table_shows(trace: Path, tmp_path: Path)
     assert "<td>0 s</td>" in page  # nobody waits on 512 GPUs: a time in seconds
     assert "Times in hours" not in page
     assert "Times in the table in s, min or h as marked, on the charts in hours;" in page
+
+
+@pytest.mark.parametrize("what", ["TRACE", "--cluster"])
+def test_html_onto_an_input_file_is_refused_and_the_input_kept(
+    trace: Path, tmp_path: Path, what: str
+) -> None:
+    """`--html` naming the trace (or the cluster file) replaced that input with the report, silently."""
+    src = tmp_path / "trace.parquet"
+    src.write_bytes(trace.read_bytes())
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text("[[nodes]]\ncount = 4\ngpus = 8\n")
+    before = {src: src.read_bytes(), cluster: cluster.read_bytes()}
+    target = src if what == "TRACE" else cluster
+    res = runner.invoke(
+        app,
+        ["simulate", str(src), "--cluster", str(cluster), "--policy", "fifo", "--html", str(target)],
+    )
+    assert res.exit_code == 1, res.output
+    assert f"is the {what} file this command reads" in " ".join(res.stderr.split())
+    assert {p: p.read_bytes() for p in before} == before

@@ -336,6 +336,17 @@ def build_cluster(
         fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
 
 
+def refuse_overwriting_inputs(path: Path, option: str, inputs: Mapping[str, Path | None]) -> None:
+    """Fail when the output `path` is one of this command's input files: `--html trace.json` (a slip of
+    the tab key) replaced the job log with the report, silently; a report is written again in seconds,
+    a trace may be the only copy."""
+    if not path.exists():
+        return
+    for what, given in inputs.items():
+        if given is not None and given.exists() and path.samefile(given):
+            fail(f"{option} {path}: is the {what} file this command reads; give another file name")
+
+
 def cluster_info(spec: ClusterSpec) -> dict[str, Any]:
     """What the JSON output says about the cluster."""
     sizes: dict[int, int] = {}
@@ -817,6 +828,11 @@ def simulate(
         fail(f"--load: {load:g} is out of range; offered load must be in (0, 10]")
     if html_out is not None:
         check_output_file(html_out, "--html")
+        refuse_overwriting_inputs(
+            html_out,
+            "--html",
+            {"TRACE": trace, "--mapping": mapping, "--cluster": cluster, "--nodes-file": nodes_file},
+        )
     jobs, info = load_jobs(trace, fmt, db, tz, mapping, source)
     if explain is not None and explain not in set(jobs.column("job_id").to_pylist()):
         fail(f"--explain: no job {explain!r} in {info.label}")
