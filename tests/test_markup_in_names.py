@@ -186,3 +186,33 @@ def test_local_queue_lists_and_explains_jobs_with_markup_like_names_as_written(
         assert any(line.split()[:2] == [str(jid), name] for line in h.stdout.splitlines()), h.stdout
     js = json.loads(cli("history", "--json", state_dir=d.state_dir).stdout)
     assert sorted(j["name"] for j in js) == sorted(MARKUP)
+
+
+EVIL = "\x1b]0;pwned\x07\x1b[31mmallory"  # sets the window title, turns the terminal red
+
+
+def test_control_characters_in_names_reach_the_terminal_as_visible_escapes(tmp_path: Path) -> None:
+    """A job name or user is written by whoever submitted the job (`sbatch -J`): an ESC in it reached
+    the terminal raw through the audit's tables and advice and simulate's --explain, where it is a
+    command (the window title, colours); it is shown as `\\x1b` now, in the text and in error lines."""
+    rows = ["id,owner,team,queue,name,status,submitted,started,finished,gpus,limit_h"]
+    for i in range(12):
+        jid = EVIL if i == 5 else str(i + 1)
+        status = "error" if i < 4 else "ok"
+        submit = T0 + 600 * i
+        rows.append(f"{jid},{EVIL},ml,gpu,{EVIL},{status},{submit},{submit + 60},{submit + 900},1,24")
+    log = tmp_path / "evil.csv"
+    log.write_text("\n".join(rows) + "\n")
+    (tmp_path / "jobs.toml").write_text(MAPPING)
+    db = tmp_path / "jobs.duckdb"
+    _ok(["ingest", str(log), "--mapping", str(tmp_path / "jobs.toml"), "--db", str(db)])
+    shown = "\\x1b]0;pwned\\x07\\x1b[31mmallory"
+    for args in (["audit", "--db", str(db)], ["audit", "--db", str(db), "--by", "name"]):
+        text = _ok(args)
+        assert "\x1b" not in text and "\x07" not in text
+        assert shown in text and f"{shown}: your jobs use a median" in _flat(text)
+    sim = ["simulate", "--db", str(db), "--nodes", "1", "--policy", "fifo", "--explain", EVIL]
+    text = _ok(sim)
+    assert "\x1b" not in text and f"fifo: job {shown} submitted at" in _flat(text)
+    res = runner.invoke(app, ["simulate", "--db", str(db), "--explain", EVIL + "x"])
+    assert res.exit_code == 1 and "\x1b" not in res.stderr and f"no job '{shown}x'" in res.stderr

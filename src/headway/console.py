@@ -18,12 +18,29 @@ out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
+
+
+def printable(value: object) -> str:
+    """`value` as text with its control characters shown as `\\x1b` escapes (tab and newline kept): a
+    job name or user from a log is written by whoever submitted the job, and an ESC in it (`sbatch -J
+    $'\\e]0;title\\a'`) would reach the terminal as a command (colours, the window title, worse on some
+    terminals). Rich drops a few control characters, but not ESC."""
+    return str(value).translate(_CONTROL)
+
+
+def safe_escape(value: object) -> str:
+    """`printable(value)`, escaped for an f-string printed with Rich markup."""
+    return escape(printable(value))
+
+
 def plain(value: object) -> Text:
     """A value from the data (a job, user, group or partition name, an id, a file path) as Rich shows it:
-    its own characters, never read as markup. Put it in a table cell or a title, or join it with
-    `Text.assemble`; inside an f-string printed with markup, use `escape` instead. (`[/]` as markup
-    crashes with a MarkupError, `[red]x` prints as a red `x`, `[bold]` prints nothing.)"""
-    return Text(str(value))
+    its own characters, never read as markup, control characters shown as escapes. Put it in a table
+    cell or a title, or join it with `Text.assemble`; inside an f-string printed with markup, use
+    `safe_escape` instead. (`[/]` as markup crashes with a MarkupError, `[red]x` prints as a red `x`,
+    `[bold]` prints nothing.)"""
+    return Text(printable(value))
 
 
 def print_table(table: Any, console: Console | None = None) -> None:
@@ -47,14 +64,14 @@ def print_skipped(label: str, shown: list[str], total: int) -> None:
     """A reader's bad rows on stderr, as `ingest`, `simulate` and `sweep` show them: the first few,
     then how many more."""
     for b in shown:
-        err.print(f"[yellow]skipped[/] {escape(b)}", markup=True, highlight=False)
+        err.print(f"[yellow]skipped[/] {safe_escape(b)}", markup=True, highlight=False)
     if total > len(shown):
-        err.print(f"... and {total - len(shown):,} more bad rows in {escape(label)}")
+        err.print(f"... and {total - len(shown):,} more bad rows in {safe_escape(label)}")
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print one line (no traceback) to stderr and exit."""
-    err.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {safe_escape(message)}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

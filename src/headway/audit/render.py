@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from headway.audit.compute import BY_TITLES
-from headway.console import plain, print_table
+from headway.console import plain, print_table, safe_escape
 from headway.schema import OUTCOME_OF, State
 
 WEEKS_SHOWN = 26
@@ -101,7 +100,7 @@ def render_terminal(report: dict[str, Any], console: Console) -> None:
         if (w["since"] or w["until"])
         else "all time"
     )
-    of = f" of source {escape(report['source'])}" if report.get("source") else ""
+    of = f" of source {safe_escape(report['source'])}" if report.get("source") else ""
     console.print(f"[bold]headway audit[/]: jobs{of} submitted {span}, auditing {scope}")
     console.print(f"{t['jobs']:,} jobs, {t['gpu_jobs']:,} GPU jobs, {gh(t['gpu_hours'])} GPU-hours", end="")
     if t["first_submit"]:
@@ -110,7 +109,7 @@ def render_terminal(report: dict[str, Any], console: Console) -> None:
         )
     console.print()
     for n in report["notes"]:
-        console.print(f"[yellow]note:[/] {escape(n)}")  # notes name sources: plain text
+        console.print(f"[yellow]note:[/] {safe_escape(n)}")  # notes name sources: plain text
     if t["audited_jobs"] == 0:
         windowed = bool(w["since"] or w["until"])
         if not t["jobs"]:  # (jobs without a GPU: the notes above already say --include-cpu)
@@ -271,7 +270,7 @@ def _timeouts(r: dict[str, Any], console: Console) -> None:
         f"median use {pct(oa['median_used_share'])}"
     )
     for a in oa["by_user"]:
-        console.print(f"  [bold]{escape(str(a['user']))}[/]: {escape(a['advice'])}")
+        console.print(f"  [bold]{safe_escape(a['user'])}[/]: {safe_escape(a['advice'])}")
 
 
 def _wait_row(v: dict[str, Any]) -> list[str]:

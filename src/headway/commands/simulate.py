@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -31,6 +30,8 @@ from headway.console import (
     print_json,
     print_skipped,
     print_table,
+    printable,
+    safe_escape,
 )
 from headway.traces.base import BadInputError
 
@@ -224,7 +225,7 @@ class TraceInfo:
         """What the reader skipped or wants known, on stderr (as `headway ingest` shows it)."""
         print_skipped(self.label, list(self.bad_row_examples), self.bad_rows)
         for n in self.notes:
-            err.print(f"note ({escape(self.label)}): {escape(n)}", highlight=False)
+            err.print(f"note ({safe_escape(self.label)}): {safe_escape(n)}", highlight=False)
 
 
 SHOWN_BAD_ROWS = 5
@@ -698,7 +699,7 @@ def _print_left_out(counts: Mapping[str, int], excluded: Sequence[str], to: Cons
     con = to or out
     con.print(f"[yellow]left out of the simulation:[/] {_left_out_text(counts)}", markup=True)
     for line in excluded[:5]:
-        con.print(f"  {line}", markup=False)
+        con.print(f"  {printable(line)}", markup=False)
     if len(excluded) > 5:
         con.print(f"  ... and {len(excluded) - 5:,} more larger than the cluster (all in --json)")
 
@@ -747,7 +748,7 @@ def _explain_tables(results: Sequence[SimResult], job_id: str) -> tuple[list[Tab
             f"{started} ({len(recs)} scheduling passes while it waited)"
         )
         t = Table(  # the job id as given to --explain, never as markup
-            title=escape(title),
+            title=safe_escape(title),
             caption="one row per stretch of passes in the same tier and reservation state",
         )
         for c in ("from", "to", "passes", "rank", "resv. at"):
@@ -900,7 +901,7 @@ def simulate(
     print_table(
         comparison_table(
             metrics,
-            escape(  # the trace's file name as written, never as markup
+            safe_escape(  # the trace's file name as written, never as markup
                 f"{Path(info.label).name}: {info.jobs:,} jobs, {capacity:g} GPUs, {load_txt} "
                 + (
                     f"(offered {offered:.3g})"
@@ -918,7 +919,7 @@ def simulate(
     if figs:
         print_table(_reference_table(doc["reference"]["rows"], load_txt))
     if left_out is not None:
-        why = escape(f"job {explain} was left out of the simulation: {left_out}")
+        why = safe_escape(f"job {explain} was left out of the simulation: {left_out}")
         out.print(f"[yellow]--explain:[/] {why}")
     for t in explain_tables:
         print_table(t)
@@ -1112,7 +1113,7 @@ def sweep(
         )
         return
     t = Table(
-        title=escape(f"{Path(info.label).name}: median over {len(seed_list)} seeds"),
+        title=safe_escape(f"{Path(info.label).name}: median over {len(seed_list)} seeds"),
         caption="below each median: half the min-max range over seeds, as % of the median (the seed "
         "reaches only the predictor's training: a policy that reads no predictions runs once)",
         caption_justify="left",
