@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -541,3 +546,38 @@ def test_html_onto_an_input_file_is_refused_and_the_input_kept(
     assert res.exit_code == 1, res.output
     assert f"is the {what} file this command reads" in " ".join(res.stderr.split())
     assert {p: p.read_bytes() for p in before} == before
+
+
+def _run_with_file_size_limit(args: list[str], limit: int) -> subprocess.CompletedProcess[str]:
+    """`headway ARGS` in a child whose files cannot grow past `limit` bytes (RLIMIT_FSIZE, with SIGXFSZ
+    ignored so a write fails with EFBIG as on a full disk)."""
+
+    def limit_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    code = "import sys; from headway.cli import app; sys.argv[0] = 'headway'; app()"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        preexec_fn=limit_files,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        timeout=300,
+    )
+
+
+def test_html_that_fails_midway_leaves_the_previous_report_not_half_a_page(
+    trace: Path, tmp_path: Path
+) -> None:
+    """`--html` wrote in place: a full disk left a truncated page where the previous report had been
+    (`audit --html` already wrote a temporary file and renamed it); now the old report stays."""
+    out = tmp_path / "r.html"
+    out.write_text("previous report")
+    res = _run_with_file_size_limit(
+        ["simulate", str(trace), *CLUSTER, "--policy", "fifo", "--html", str(out)], 200_000
+    )
+    assert res.returncode == 1, res.stderr
+    assert "cannot write" in res.stderr
+    assert out.read_text() == "previous report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]  # no temporary file left behind

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from typer.testing import CliRunner
 
 from headway.cli import app
@@ -127,3 +133,27 @@ def test_synth_of_more_jobs_than_memory_holds_is_one_line_not_a_traceback(tmp_pa
     assert res.exception is None or isinstance(res.exception, SystemExit)
     assert "not enough memory to generate that many jobs" in " ".join(res.stderr.split())
     assert not out.exists()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "sacct"])
+def test_synth_that_fails_midway_leaves_no_half_written_trace(tmp_path: Path, fmt: str) -> None:
+    """A write that failed (a full disk) left a truncated CSV or sacct file under the name given,
+    which `ingest` then read as a shorter trace; now nothing is left but what was there before."""
+    out = tmp_path / f"s.{fmt}"
+    code = "import sys; from headway.cli import app; sys.argv[0] = 'headway'; app()"
+
+    def limit_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    res = subprocess.run(
+        [sys.executable, "-c", code, "synth", "-n", "5000", "-o", str(out), "--format", fmt],
+        capture_output=True,
+        text=True,
+        preexec_fn=limit_files,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        timeout=300,
+    )
+    assert res.returncode == 1, res.stderr
+    assert "cannot write" in res.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -31,6 +31,7 @@ from headway.console import (
     print_skipped,
     print_table,
     printable,
+    replaced_atomically,
     safe_escape,
 )
 from headway.traces.base import BadInputError
@@ -988,7 +989,8 @@ def _write_html(
         notes=notes,
     )
     try:
-        path.write_text(text, encoding="utf-8")
+        with replaced_atomically(path) as tmp:
+            tmp.write_text(text, encoding="utf-8")
     except OSError as e:
         fail(f"{path}: cannot write: {e.strerror}")
 
@@ -1190,14 +1192,16 @@ def synth(
         )
     gen_s = time.perf_counter() - t0
     try:
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
+        with replaced_atomically(out_path) as tmp:
+            if fmt == "parquet":
+                import pyarrow.parquet as pq
 
-            pq.write_table(table, out_path, compression="zstd")
-        elif fmt == "csv":
-            write_csv_with_mapping(table, out_path, mapping_path(out_path))
-        else:
-            write_sacct(table, str(out_path))
+                pq.write_table(table, tmp, compression="zstd")
+            elif fmt == "csv":
+                with replaced_atomically(mapping_path(out_path)) as tmp_mapping:
+                    write_csv_with_mapping(table, tmp, tmp_mapping)
+            else:
+                write_sacct(table, str(tmp))
     except ValueError as e:
         fail(f"{out_path}: {e}")
     except OSError as e:
