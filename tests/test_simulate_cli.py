@@ -581,3 +581,22 @@ def test_html_that_fails_midway_leaves_the_previous_report_not_half_a_page(
     assert "cannot write" in res.stderr
     assert out.read_text() == "previous report"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]  # no temporary file left behind
+
+
+def test_explain_of_an_id_in_two_sources_asks_which_not_a_mix_of_both(trace: Path, tmp_path: Path) -> None:
+    """Two clusters in one store both have a job of that id: the replay records waits by job id, so
+    --explain printed one table of both jobs' passes (each pass twice); it now asks for --source."""
+    db = tmp_path / "two.duckdb"
+    for src in ("east", "west"):
+        res = runner.invoke(app, ["ingest", str(trace), "--db", str(db), "--source", src])
+        assert res.exit_code == 0, res.output
+    job = pq.read_table(trace).column("job_id")[10].as_py()
+    res = runner.invoke(app, ["simulate", "--db", str(db), *CLUSTER, "--policy", "fifo", "--explain", job])
+    assert res.exit_code == 1, res.output
+    assert f"job '{job}' is in 2 sources" in " ".join(res.stderr.split())
+    assert "--source NAME picks one" in " ".join(res.stderr.split())
+    one = ["simulate", "--db", str(db), "--source", "east", *CLUSTER, "--policy", "fifo", "--json"]
+    res = runner.invoke(app, [*one, "--explain", job])
+    assert res.exit_code == 0, res.output
+    times = [p["t"] for p in json.loads(res.stdout)["explain"]["fifo"]["passes"]]
+    assert len(times) == len(set(times))  # one job's passes, each once

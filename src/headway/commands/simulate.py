@@ -658,6 +658,22 @@ def _stretch_rows(recs: Sequence[WaitRecord], most: int = 40) -> list[tuple[str,
     return rows
 
 
+def _check_explain(jobs: pa.Table, job_id: str, label: str) -> None:
+    """Fail unless `job_id` names one job: the replay records waits by job id, so the same id in two
+    sources of a store (two clusters both have a job 17) gave one table of both jobs' passes."""
+    import pyarrow.compute as pc
+
+    rows = jobs.filter(pc.equal(jobs.column("job_id"), job_id))
+    if rows.num_rows == 0:
+        fail(f"--explain: no job {job_id!r} in {label}")
+    sources = sorted({str(s) for s in rows.column("source").to_pylist()})
+    if len(sources) > 1:
+        fail(
+            f"--explain: job {job_id!r} is in {len(sources)} sources of {label} ({', '.join(sources)}), "
+            "each a different job; --source NAME picks one"
+        )
+
+
 def _left_out(jobs: pa.Table, results: Sequence[SimResult], job_id: str) -> str | None:
     """Why `job_id` is not in the replay (None when it is)."""
     import pyarrow.compute as pc
@@ -836,8 +852,8 @@ def simulate(
             {"TRACE": trace, "--mapping": mapping, "--cluster": cluster, "--nodes-file": nodes_file},
         )
     jobs, info = load_jobs(trace, fmt, db, tz, mapping, source)
-    if explain is not None and explain not in set(jobs.column("job_id").to_pylist()):
-        fail(f"--explain: no job {explain!r} in {info.label}")
+    if explain is not None:
+        _check_explain(jobs, explain, info.label)
     spec = build_cluster(nodes, gpus_per_node, nodes_per_rack, cluster, nodes_file)
     if not as_json:
         info.report()
