@@ -600,3 +600,16 @@ def test_explain_of_an_id_in_two_sources_asks_which_not_a_mix_of_both(trace: Pat
     assert res.exit_code == 0, res.output
     times = [p["t"] for p in json.loads(res.stdout)["explain"]["fifo"]["passes"]]
     assert len(times) == len(set(times))  # one job's passes, each once
+
+
+def test_titles_name_a_source_with_a_slash_whole(trace: Path, tmp_path: Path) -> None:
+    """The table's and the HTML page's titles took `Path(label).name` of `store (source lab/east)`, so
+    a source named with a slash came out as `east)`."""
+    db = tmp_path / "jobs.duckdb"
+    assert runner.invoke(app, ["ingest", str(trace), "--db", str(db), "--source", "lab/east"]).exit_code == 0
+    html = tmp_path / "r.html"
+    args = ["simulate", "--db", str(db), "--source", "lab/east", *CLUSTER, "--policy", "fifo"]
+    res = runner.invoke(app, [*args, "--html", str(html)])
+    assert res.exit_code == 0, res.output
+    assert "jobs.duckdb (source lab/east): 200 jobs, 32 GPUs" in " ".join(res.stdout.split())
+    assert "<h1>headway simulate: jobs.duckdb (source lab/east)</h1>" in html.read_text()

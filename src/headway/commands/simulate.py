@@ -210,6 +210,13 @@ class TraceInfo:
     bad_rows: int = 0  # rows the reader skipped (as `headway ingest` reports them)
     bad_row_examples: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    name: str = ""  # what titles show: the file's name, or the store's with its source
+
+    @property
+    def short(self) -> str:
+        """The label for a title: not `Path(label).name`, which cut `store (source lab/east)` to
+        `east)`."""
+        return self.name or Path(self.label).name
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -259,6 +266,7 @@ def load_jobs(
             with JobStore(db, read_only=True) as store:
                 table = store.table("source = ?", [source]) if source else store.table()
                 label = str(store.path) + (f" (source {source})" if source else "")
+                name = Path(store.path).name + (f" (source {source})" if source else "")
                 if source and table.num_rows == 0:
                     fail_unknown_source(source, store.path, store.sources())
         except StoreError as e:
@@ -269,7 +277,7 @@ def load_jobs(
             fail(f"{trace}: no such file")
         if trace.is_dir():
             fail(f"{trace}: is a directory; give the job log inside it")
-        label = str(trace)
+        label, name = str(trace), trace.name
         if fmt not in FORMATS:
             fail(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
         if mapping is not None and fmt not in ("csv", "auto"):
@@ -300,7 +308,7 @@ def load_jobs(
                 "cluster's jobs; --source NAME replays one",
             ),
         )
-    return table, TraceInfo(label, chosen, table.num_rows, sources, *bad)
+    return table, TraceInfo(label, chosen, table.num_rows, sources, *bad, name=name)
 
 
 def build_cluster(
@@ -919,7 +927,7 @@ def simulate(
         comparison_table(
             metrics,
             safe_escape(  # the trace's file name as written, never as markup
-                f"{Path(info.label).name}: {info.jobs:,} jobs, {capacity:g} GPUs, {load_txt} "
+                f"{info.short}: {info.jobs:,} jobs, {capacity:g} GPUs, {load_txt} "
                 + (
                     f"(offered {offered:.3g})"
                     if math.isfinite(offered)
@@ -998,7 +1006,7 @@ def _write_html(
     text = render(
         results,
         metrics,
-        title=f"headway simulate: {Path(info.label).name}",
+        title=f"headway simulate: {info.short}",
         subtitle=f"{replayed:,} job{'s' if replayed != 1 else ''} replayed"
         + (f" of the {info.jobs:,} read" if replayed != info.jobs else "")
         + f", {capacity:,g} GPUs, {arrivals}",
@@ -1131,7 +1139,7 @@ def sweep(
         )
         return
     t = Table(
-        title=safe_escape(f"{Path(info.label).name}: median over {len(seed_list)} seeds"),
+        title=safe_escape(f"{info.short}: median over {len(seed_list)} seeds"),
         caption="below each median: half the min-max range over seeds, as % of the median (the seed "
         "reaches only the predictor's training: a policy that reads no predictions runs once)",
         caption_justify="left",
