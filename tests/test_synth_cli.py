@@ -157,3 +157,15 @@ def test_synth_that_fails_midway_leaves_no_half_written_trace(tmp_path: Path, fm
     assert res.returncode == 1, res.stderr
     assert "cannot write" in res.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("seed", ["0", "1"])
+def test_sacct_with_a_profile_of_gpu_shares_is_refused_whatever_the_seed(tmp_path: Path, seed: str) -> None:
+    """`--profile alibaba --format sacct` failed only when the drawn jobs held a GPU share, after
+    generating them: `-n 2 --seed 0` wrote a file, `--seed 1` failed."""
+    out = tmp_path / "a.txt"
+    args = ["synth", "-n", "2", "--seed", seed, "--profile", "alibaba", "--format", "sacct", "-o", str(out)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 1, res.output
+    assert "sacct cannot express" in " ".join(res.stderr.split())
+    assert not out.exists()

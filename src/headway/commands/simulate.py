@@ -1201,6 +1201,13 @@ def synth(
         fail(f"--format: choose one of {', '.join(SYNTH_FORMATS)}")
     if profile not in PROFILES:
         fail(f"--profile: choose one of {', '.join(PROFILES)}")
+    if fmt == "sacct" and PROFILES[profile].fractional_share > 0:
+        # Up front, not after generating: whether a trace drew a GPU share depended on --seed and --jobs
+        # (`-n 2 --seed 0` passed, `--seed 1` failed), and a million jobs took their time to fail.
+        fail(
+            f"--format sacct: --profile {profile} gives jobs shares of a GPU, which sacct cannot express; "
+            "write parquet or csv instead"
+        )
     check_output_file(out_path, "--out")
     if fmt == "csv":
         check_output_file(mapping_path(out_path), "--out's mapping file")
