@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -136,6 +137,9 @@ def main() -> None:
         "generate_s": round(t_gen, 2),
         "rss_mb": round(rss / 2**20),
         "rss_growth_mb": round((rss - rss0) / 2**20),
+        # The process's peak (Linux reports KiB): the compiled run frees its working set at the next
+        # garbage collection rather than on return, so RSS just after the run overstates what it holds.
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "predictor": a.predictor,
         "full_passes": a.full_passes,
         "build": build_name(),
@@ -145,7 +149,7 @@ def main() -> None:
     print(f"  build: {out['build']} (`make native` compiles the simulator; see src/headway/_native.py)")
     print(f"  {wall:.1f} s wall ({cpu:.1f} s CPU), {n / wall:,.0f} jobs/s ({n / cpu:,.0f} per CPU-second)")
     print(f"  {res.events:,} events, {res.passes:,} scheduling passes; machine load {out['load_avg_1m']}")
-    print(f"  memory: {out['rss_mb']} MB RSS ({out['rss_growth_mb']} MB during the run)")
+    print(f"  memory: {out['rss_mb']} MB RSS ({out['rss_growth_mb']} MB during the run), peak {out['peak_rss_mb']} MB")
     print(json.dumps(out))
 
 
