@@ -459,3 +459,91 @@ def test_an_export_through_a_link_or_a_fifo_keeps_it_and_a_new_file_follows_the_
     finally:
         os.umask(old)
     assert (tmp_path / "u.parquet").stat().st_mode & 0o777 == 0o600
+
+
+def _store_of_five(tmp_path: Path) -> Path:
+    store = tmp_path / "s.duckdb"
+    rows = (sacct_row("COMPLETED", str(i)) for i in range(1, 6))
+    assert run("ingest", str(write(tmp_path / "log.txt", *rows)), "--db", str(store), "--tz", "UTC")[0] == 0
+    return store
+
+
+def test_audit_html_through_a_link_or_a_fifo_keeps_it_and_a_new_file_follows_the_umask(
+    tmp_path: Path,
+) -> None:
+    """`audit --html` (and `demo --html`) wrote a temp file and renamed it over the path given: a symlink
+    was replaced by a plain file (its target kept the old report), a FIFO by a plain file its reader
+    never saw (as root, `--html /dev/stdout` replaced the device node), and every page was 0644 whatever
+    the umask. It now writes as export does, through one helper."""
+    store = _store_of_five(tmp_path)
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "r.html").write_text("old")
+    link = tmp_path / "link.html"
+    link.symlink_to(real / "r.html")
+    assert run("audit", "--db", str(store), "--html", str(link))[0] == 0
+    assert link.is_symlink() and (real / "r.html").read_text().startswith("<!DOCTYPE html>")
+    fifo = tmp_path / "f.html"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    code = run("audit", "--db", str(store), "--html", str(fifo))[0]
+    if not got:  # the old code never opened the FIFO: let the reader go
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    reader.join(30)
+    assert code == 0 and stat.S_ISFIFO(fifo.stat().st_mode)
+    assert got and got[0].startswith(b"<!DOCTYPE html>")
+    old = os.umask(0o077)
+    try:
+        assert run("audit", "--db", str(store), "--html", str(tmp_path / "u.html"))[0] == 0
+    finally:
+        os.umask(old)
+    assert (tmp_path / "u.html").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_replaced_output_keeps_the_mode_and_owner_of_the_file_it_replaces(tmp_path: Path) -> None:
+    """The audit page became 0644 and a model file took the umask's mode, whatever the file they
+    replaced had (a 0600 report of who wastes what became world-readable); run as root, export, the
+    audit and the model file took root's ownership of a user's file, which the user could then no
+    longer rewrite."""
+    from test_predict_cli import make_history
+
+    store = _store_of_five(tmp_path)
+    with JobStore(tmp_path / "hist.duckdb") as s:
+        s.upsert(make_history(400, seed=3, users=4, days=4))
+    outs = {
+        "audit": (tmp_path / "a.html", ["audit", "--db", str(store), "--html"]),
+        "export": (tmp_path / "e.parquet", ["export", "--db", str(store), "--parquet"]),
+        "model": (tmp_path / "m.json", ["predict", "train", "--db", str(tmp_path / "hist.duckdb"), "--out"]),
+    }
+    other = os.geteuid() == 0  # only root can give a file to someone else
+    for name, (path, args) in outs.items():
+        path.write_text('{"format": "headway-predictor"}')  # the model guard wants a model file there
+        path.chmod(0o640)
+        if other:
+            os.chown(path, 4321, 4322)
+        code, _, err = run(*args, str(path))
+        assert code == 0, (name, err)
+        st = path.stat()
+        assert st.st_mode & 0o777 == 0o640, name
+        if other:
+            assert (st.st_uid, st.st_gid) == (4321, 4322), name
+
+
+def test_train_leaves_a_file_named_like_its_old_temp_file_alone(tmp_path: Path) -> None:
+    """The model was written to `--out` plus `.tmp`, a fixed name: a file of that name (`m.json.tmp`, a
+    user's own) was overwritten and then renamed away, and two trainings into one directory wrote the
+    same temp file."""
+    from test_predict_cli import make_history
+
+    with JobStore(tmp_path / "hist.duckdb") as s:
+        s.upsert(make_history(400, seed=3, users=4, days=4))
+    mine = tmp_path / "m.json.tmp"
+    mine.write_text("my notes")
+    code, _, err = run(
+        "predict", "train", "--db", str(tmp_path / "hist.duckdb"), "--out", str(tmp_path / "m.json")
+    )
+    assert code == 0, err
+    assert mine.read_text() == "my notes"
+    assert "boosters" in json.loads((tmp_path / "m.json").read_text())

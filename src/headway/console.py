@@ -6,9 +6,6 @@ import json
 import math
 import os
 import sys
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -16,6 +13,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
+
+from headway.atomic import replaced_atomically as replaced_atomically  # its home; imported from here too
 
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
@@ -96,43 +95,6 @@ def check_output_file(path: Path, option: str) -> None:
         fail(f"{option} {path}: no such directory {parent}")
     if not os.access(path if path.exists() else parent, os.W_OK):
         fail(f"{option} {path}: not writable")
-
-
-@contextmanager
-def replaced_atomically(path: Path) -> Iterator[Path]:
-    """A temporary path beside `path` to write; on success it replaces `path` in one rename, on any
-    failure (a full disk, Ctrl-C) it is removed: a failed write leaves neither half a file nor a
-    previous report destroyed (what `audit --html` and `export` already did). As `export`: a FIFO or a
-    device (/dev/stdout) is written through, a symlink's target is replaced, and a writable file in a
-    directory that is not writable is written in place."""
-    if path.exists() and not path.is_file():
-        yield path
-        return
-    path = path.resolve() if path.is_symlink() else path
-    parent = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-    except OSError:
-        if path.is_file() and os.access(path, os.W_OK):
-            yield path
-            return
-        raise
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        yield tmp
-        # The mode a new file would get (mkstemp's is 0600), or the replaced file's own.
-        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def fail_unknown_source(source: str, where: object, known: list[str]) -> NoReturn:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
-import tempfile
 from pathlib import Path
 from types import TracebackType
 
 import duckdb
 import pyarrow as pa
 
+from headway.atomic import replaced_atomically
 from headway.schema import ENDED_STATES, FIELD_NAMES, JOB_SCHEMA, conform
 
 DEFAULT_DB = "headway.duckdb"
@@ -339,43 +339,15 @@ class JobStore:
             "(FORMAT PARQUET, COMPRESSION ZSTD)"
         )
 
-        def direct() -> int:
-            try:
-                self.con.execute(copy.format(_sql_str(str(out))))
-            except duckdb.Error as e:
-                raise StoreError(f"{out}: cannot write the Parquet file: {str(e).splitlines()[0]}") from e
-            return self.count()
-
-        if out.exists() and not out.is_file():
-            # A FIFO or a device (/dev/stdout) is written through, as asked: renaming a temp file over it
-            # would replace the device node with a plain file.
-            return direct()
-        out = out.resolve() if out.is_symlink() else out  # the link stays; its target is what is written
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".headway-", suffix=".parquet", dir=out.parent)
-        except OSError as e:
-            if out.is_file() and os.access(out, os.W_OK):  # a writable file in a directory that is not
-                return direct()
-            raise StoreError(f"{out}: cannot write the Parquet file: {e.strerror or e}") from e
-        os.close(fd)
-        try:
-            self.con.execute(copy.format(_sql_str(tmp)))
-            # The mode a new file would get (mkstemp's is 0600), or the replaced file's own.
-            os.chmod(tmp, out.stat().st_mode & 0o7777 if out.exists() else 0o666 & ~_umask())
-            os.replace(tmp, out)
-        except (duckdb.Error, OSError) as e:
-            Path(tmp).unlink(missing_ok=True)
+            # A FIFO or /dev/stdout is written through, a symlink's target replaced (see the helper).
+            with replaced_atomically(out) as tmp:
+                self.con.execute(copy.format(_sql_str(str(tmp))))
+        except duckdb.Error as e:
             raise StoreError(f"{out}: cannot write the Parquet file: {str(e).splitlines()[0]}") from e
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        except OSError as e:
+            raise StoreError(f"{out}: cannot write the Parquet file: {e.strerror or e}") from e
         return self.count()
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _sql_str(s: str) -> str:

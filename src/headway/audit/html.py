@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import html as _html
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from headway.atomic import replaced_atomically
 from headway.audit.compute import BY_TITLES
 from headway.audit.render import WEEKS_SHOWN, _change, _fmt, dur, gh, pct, usd
 from headway.schema import OUTCOME_OF, Outcome, State
@@ -480,18 +479,10 @@ def render_html(r: dict[str, Any]) -> str:
 
 
 def write_html(report: dict[str, Any], path: str | Path) -> Path:
-    """Write the report atomically (temp file + rename), so a failed write never leaves half a file."""
+    """Write the report atomically (temp file + rename), so a failed write never leaves half a file; a
+    FIFO or /dev/stdout is written through, a symlink's target replaced, the umask followed."""
     path = Path(path)
     text = render_html(report)
-    fd, tmp = tempfile.mkstemp(
-        prefix=".headway-", suffix=".html", dir=path.parent if str(path.parent) else "."
-    )
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replaced_atomically(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
     return path

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from headway.atomic import replaced_atomically
 from headway.predict.api import Predictions
 from headway.predict.features import (
     CATEGORICAL_FEATURES,
@@ -635,12 +636,8 @@ class Predictor:
             "meta": self.meta,
             "boosters": {k: v.model_to_string() for k, v in self.boosters.items()},
         }
-        path = Path(path)
-        if path.is_symlink():  # the file it names is the model file: renaming over the link replaced it
-            path = path.resolve()
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(doc))
-        tmp.replace(path)
+        with replaced_atomically(Path(path)) as tmp:  # a symlink's target is the model file it updates
+            tmp.write_text(json.dumps(doc))
 
     @classmethod
     def load(cls, path: str | Path) -> Predictor:
