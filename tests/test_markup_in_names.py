@@ -216,3 +216,61 @@ def test_control_characters_in_names_reach_the_terminal_as_visible_escapes(tmp_p
     assert "\x1b" not in text and f"fifo: job {shown} submitted at" in _flat(text)
     res = runner.invoke(app, ["simulate", "--db", str(db), "--explain", EVIL + "x"])
     assert res.exit_code == 1 and "\x1b" not in res.stderr and f"no job '{shown}x'" in res.stderr
+
+
+def _evil_store(tmp_path: Path) -> tuple[Path, Path]:
+    rows = ["id,owner,team,queue,name,status,submitted,started,finished,gpus,limit_h"]
+    for i in range(40):
+        jid = EVIL if i == 5 else str(i + 1)
+        status = "error" if i % 4 == 0 else "ok"
+        submit = T0 + 600 * i
+        rows.append(f"{jid},{EVIL},ml,gpu,{EVIL},{status},{submit},{submit + 60},{submit + 900 + i},1,24")
+    log = tmp_path / f"evil{EVIL}.csv"  # the file's name too: ingest's table and notes name it
+    log.write_text("\n".join(rows) + "\n")
+    (tmp_path / "jobs.toml").write_text(MAPPING)
+    return log, tmp_path / "jobs.duckdb"
+
+
+def test_ingest_and_predict_show_print_control_characters_as_visible_escapes(tmp_path: Path) -> None:
+    """ingest and predict called Rich's escape directly: an ESC or BEL in a file name, a user or a job
+    name reached the terminal raw (`predict show` printed the id, user and name as they were stored)."""
+    log, db = _evil_store(tmp_path)
+    shown = "\\x1b]0;pwned\\x07\\x1b[31mmallory"
+    text = _ok(["ingest", str(log), "--mapping", str(tmp_path / "jobs.toml"), "--db", str(db)])
+    assert "\x1b" not in text and "\x07" not in text and shown in _flat(text).replace(" ", "")
+    show = _ok(["predict", "show", EVIL, "--db", str(db)])  # no model file: cold-start estimates
+    assert "\x1b" not in show and "\x07" not in show
+    assert _flat(show).startswith(f"job {shown} user={shown} name={shown} gpus=1"), show
+    pending = _ok(["predict", "show", "--db", str(db), "--user", EVIL, "--name", EVIL])
+    assert "\x1b" not in pending and _flat(pending).startswith(f"pending job user={shown} name={shown}"), (
+        pending
+    )
+    raw = json.loads(_ok(["predict", "show", EVIL, "--db", str(db), "--json"]))
+    assert raw["job"]["job_id"] == raw["job"]["user"] == raw["job"]["name"] == EVIL  # the data as it is
+
+
+def test_local_queue_prints_a_stored_name_with_control_characters_as_visible_escapes(
+    start_daemon: Callable[..., DaemonProc],
+) -> None:
+    """The daemon refuses such a name now, but a queue kept from a headway that took any name holds them:
+    `history` and `why` printed it raw (the why line through Text, the reasons unfiltered)."""
+    import sqlite3
+
+    d = start_daemon(gpus="1")
+    sub = cli("submit", "--name", "ok", "--", "sh", "-c", "exit 3", state_dir=d.state_dir)
+    assert sub.returncode == 0, sub.stderr
+    jid = int(sub.stdout.split()[2])
+    wait_until(lambda: len(d.ask({"op": "history"})["jobs"]) == 1, 30, "the job to end")
+    con = sqlite3.connect(d.state_dir / "queue.sqlite")
+    con.execute("UPDATE jobs SET name = ? WHERE id = ?", (EVIL, jid))
+    con.commit()
+    con.close()
+    shown = "\\x1b]0;pwned\\x07\\x1b[31mmallory"
+    why = cli("why", str(jid), state_dir=d.state_dir)
+    assert why.returncode == 0, why.stderr
+    assert "\x1b" not in why.stdout and why.stdout.startswith(f"job {jid} ({shown}, "), why.stdout
+    h = cli("history", state_dir=d.state_dir)
+    assert h.returncode == 0 and "\x1b" not in h.stdout and "\x07" not in h.stdout, h.stdout
+    assert "\\x1b]0;" in h.stdout
+    js = json.loads(cli("history", "--json", state_dir=d.state_dir).stdout)
+    assert [j["name"] for j in js] == [EVIL]

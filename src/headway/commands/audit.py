@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
-from headway.console import check_output_file, err, fail, fail_unknown_source, out, print_json
+from headway.console import check_output_file, err, fail, fail_unknown_source, out, print_json, safe_escape
 
 BY_HELP = "Rank the top table by user, group, name, partition or gpus (JSON always carries all of them)."
 
@@ -143,7 +142,7 @@ def audit(
 
     render_terminal(report, out)
     if html is not None:
-        out.print(f"HTML report written to [bold]{escape(str(html))}[/]")
+        out.print(f"HTML report written to [bold]{safe_escape(str(html))}[/]")
 
 
 def _run(

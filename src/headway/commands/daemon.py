@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from headway.console import err, fail
+from headway.console import err, fail, safe_escape
 
 StateDirOpt = Annotated[
     Path | None,
@@ -94,8 +93,8 @@ def daemon(
         fail(str(e))
     if gpus == "auto" and not inv.ids:
         err.print(
-            f"[yellow]warning:[/] no GPUs detected ({escape(inv.note or 'NVML found none')}); only --gpus 0 "
-            "jobs can run. Use --gpus N for N logical GPUs.",
+            f"[yellow]warning:[/] no GPUs detected ({safe_escape(inv.note or 'NVML found none')}); only "
+            "--gpus 0 jobs can run. Use --gpus N for N logical GPUs.",
             markup=True,
         )
     sd = resolve_state_dir(state_dir)

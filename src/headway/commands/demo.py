@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
-from headway.console import check_output_file, err, fail, out, plain, print_json
+from headway.console import check_output_file, err, fail, out, plain, print_json, safe_escape
 
 SAMPLE = "philly_jobs.json.gz"
 SOURCE = "philly"
@@ -58,13 +57,13 @@ def demo(
     render_terminal(report, out)
     out.print()
     others = ingested["jobs_in_store"] - ingested["jobs_stored"]
-    db_s, html_s = escape(str(db)), escape(str(html))  # paths as written, never as markup
+    db_s, html_s = safe_escape(str(db)), safe_escape(str(html))  # paths as written, never as markup
     if others > 0:
         out.print(
             f"[yellow]note:[/] {db_s} also holds {others:,} other jobs; the audit above covers the sample "
             f"only (source {SOURCE}; `headway audit --db {db_s}` audits them all)."
         )
-    out.print(f"[dim]{escape(CITATION.format(attribution=sample.parent / 'ATTRIBUTION.md'))}[/]")
+    out.print(f"[dim]{safe_escape(CITATION.format(attribution=sample.parent / 'ATTRIBUTION.md'))}[/]")
     out.print(f"Jobs stored in [bold]{db_s}[/] (query it: headway audit --db {db_s} --by group).")
     out.print(f"HTML report written to [bold]{html_s}[/] (open it in a browser; it works offline).")
 

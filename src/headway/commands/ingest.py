@@ -8,11 +8,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import pyarrow.compute as pc
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from headway.console import check_output_file, err, fail, out, print_json, print_skipped, print_table
+from headway.console import (
+    check_output_file,
+    err,
+    fail,
+    out,
+    print_json,
+    print_skipped,
+    print_table,
+    safe_escape,
+)
 from headway.traces.base import BadInputError, ReadOptions, ReadResult
 from headway.traces.compressed import plain_file, relabel
 from headway.traces.registry import FORMATS, read, sniff
@@ -49,7 +57,7 @@ def _read_plain(plain: Path, path: Path, fmt: str, opts: ReadOptions, quiet: boo
     if fmt == "auto":
         chosen = sniff(plain, has_mapping=opts.mapping is not None)
         if not quiet:
-            err.print(f"{escape(str(path))}: detected format [bold]{chosen}[/]")
+            err.print(f"{safe_escape(str(path))}: detected format [bold]{chosen}[/]")
     size = plain.stat().st_size if plain.is_file() else 0
     if quiet or size < 8 * 1024 * 1024 or not err.is_terminal:  # rich leaves a blank line off a terminal
         return read(chosen, plain, opts)
@@ -61,7 +69,7 @@ def _read_plain(plain: Path, path: Path, fmt: str, opts: ReadOptions, quiet: boo
         console=err,
         transient=True,
     ) as progress:
-        task = progress.add_task(f"reading {escape(path.name)}", total=size)
+        task = progress.add_task(f"reading {safe_escape(path.name)}", total=size)
 
         def advance(n: int) -> None:
             progress.update(task, completed=n)
@@ -195,18 +203,18 @@ def ingest(
         if failed:
             raise typer.Exit(1)
         return
-    t = Table(title=f"ingested into {escape(str(store.path))}")
+    t = Table(title=f"ingested into {safe_escape(str(store.path))}")
     numbers = ("rows", "jobs stored", "new", "updated", "bad rows")
     for col in ("file", "format", *numbers, "missing fields"):
         t.add_column(col, justify="right" if col in numbers else "left")
     for s in summary:
         if s.get("error"):
-            t.add_row(escape(str(s["path"])), "[red]failed[/]", "-", "0", "0", "0", "-", "-")
+            t.add_row(safe_escape(str(s["path"])), "[red]failed[/]", "-", "0", "0", "0", "-", "-")
             continue
         missing = s["missing_fields"]
         assert isinstance(missing, list)
         t.add_row(
-            escape(str(s["path"])),
+            safe_escape(str(s["path"])),
             str(s["format"]),
             f"{s['rows_read']:,}",
             f"{s['jobs_stored']:,}",
@@ -220,11 +228,11 @@ def ingest(
         notes = s["notes"]
         assert isinstance(notes, list)
         for n in notes:
-            out.print(f"note ({escape(str(s['path']))}): {escape(str(n))}", soft_wrap=True)
+            out.print(f"note ({safe_escape(str(s['path']))}): {safe_escape(str(n))}", soft_wrap=True)
     out.print(f"{total:,} jobs in the store.")
     if failed:
         for s in failed:
-            err.print(f"error: {escape(str(s['error']))}", highlight=False)
+            err.print(f"error: {safe_escape(str(s['error']))}", highlight=False)
         stored = len(summary) - len(failed)
         fail(
             f"{len(failed)} of {len(summary)} files could not be read or stored, and stored nothing"
@@ -304,7 +312,7 @@ def export(
     if as_json:
         print_json({"parquet": str(parquet), "jobs": n})
     else:
-        out.print(f"wrote {n:,} jobs to {escape(str(parquet))}")
+        out.print(f"wrote {n:,} jobs to {safe_escape(str(parquet))}")
 
 
 def _ingest_all(

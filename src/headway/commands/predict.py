@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -25,6 +24,8 @@ from headway.console import (
     plain,
     print_json,
     print_table,
+    printable,
+    safe_escape,
 )
 
 if TYPE_CHECKING:
@@ -92,8 +93,8 @@ def _load(
     names = sorted(str(s) for s in pc.unique(table.column("source")).to_pylist())
     if source is None and len(names) > 1:  # their histories interleave as one cluster's: rarely meant
         err.print(
-            f"note: the store holds {len(names)} sources ({escape(', '.join(names))}), taken here as one "
-            "cluster's history; --source NAME uses one"
+            f"note: the store holds {len(names)} sources ({safe_escape(', '.join(names))}), taken here as "
+            "one cluster's history; --source NAME uses one"
         )
     with _step(f"computing causal features for {table.num_rows:,} jobs", quiet):
         frame = build_features(table, include_cpu=include_cpu)
@@ -688,7 +689,8 @@ def show(
     who = f"job {job_id}" if job_id else "pending job"
     # the id, user and name as stored or given (`--name '[/]'`), never read as markup
     user, name = (job[k] if job[k] not in (None, "") else "-" for k in ("user", "name"))
-    out.print(Text.assemble((who, "bold"), f" user={user} name={name} gpus={job['gpus']:g}"))
+    line = printable(f" user={user} name={name} gpus={job['gpus']:g}")
+    out.print(Text.assemble((printable(who), "bold"), line))
     if note:
         out.print(plain(note))
     out.print(f"  P(completes)          {_percent(p_s)}")

@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from headway.commands.daemon import StateDirOpt
-from headway.console import err, fail, out, plain, print_json, print_table
+from headway.console import err, fail, out, plain, print_json, print_table, printable, safe_escape
 from headway.local.client import ClientError, DaemonUnreachable, request
 from headway.local.durations import format_elapsed, parse_duration
 from headway.local.paths import resolve_state_dir
@@ -171,11 +170,12 @@ def why(
     j = reply["job"]
     out.print(
         Text.assemble(
-            (f"job {j['id']}", "bold"), f" ({j['name']}, {j['user']}, {j['gpus']} GPU(s)): {j['state']}"
+            (f"job {j['id']}", "bold"),
+            printable(f" ({j['name']}, {j['user']}, {j['gpus']} GPU(s)): {j['state']}"),
         )
     )
     for line in reply["explanation"]:
-        out.print(("  " if not line.startswith("  ") else "") + line, markup=False, soft_wrap=True)
+        out.print(("  " if not line.startswith("  ") else "") + printable(line), markup=False, soft_wrap=True)
 
 
 def cancel(
@@ -209,7 +209,7 @@ def cancel(
     else:
         for r in results:
             if r["error"]:
-                err.print(f"[bold red]error:[/] {escape(r['error'])}", markup=True, highlight=False)
+                err.print(f"[bold red]error:[/] {safe_escape(r['error'])}", markup=True, highlight=False)
             else:
                 out.print(plain(r["note"] or f"job {r['id']}: cancel requested ({r['state']})"))
     if any(r["error"] for r in results):

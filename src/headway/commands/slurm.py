@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.columns import Columns
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from headway.console import err, fail, out, print_json, print_table
+from headway.console import err, fail, out, plain, print_json, print_table, printable, safe_escape
 
 if TYPE_CHECKING:
     from headway.slurm.queue import SprioLine
@@ -61,13 +60,14 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool
         return
     if not report.ok and report.plan is None:
         err.print(
-            f"[yellow]pass {report.seq}:[/] {escape(report.error or '')}; nothing written", soft_wrap=True
+            f"[yellow]pass {report.seq}:[/] {safe_escape(report.error or '')}; nothing written",
+            soft_wrap=True,
         )
         return
     plan = report.plan
     assert plan is not None
     if plan.warning:
-        err.print(f"[yellow]pass {report.seq}:[/] {escape(plan.warning)}", soft_wrap=True)
+        err.print(f"[yellow]pass {report.seq}:[/] {safe_escape(plan.warning)}", soft_wrap=True)
     t = Table(
         title=f"pass {report.seq}: {plan.pending} pending, {plan.running} running ({plan.queue_source})"
     )
@@ -79,7 +79,7 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool
     changed = {c.job_id for c in plan.changes}
     for r in plan.rows:
         if r.job_id in report.failed:
-            status = f"[red]failed[/]: {escape(report.failed[r.job_id])}"
+            status = f"[red]failed[/]: {safe_escape(report.failed[r.job_id])}"
         elif r.job_id in applied:
             status = "[green]written[/]"
         elif r.job_id in changed:
@@ -90,11 +90,11 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool
             continue
         t.add_row(  # what Slurm or a user named (`-J '[/]'`) as plain text, never as markup
             str(r.rank),
-            Text(r.display_id),
-            Text(r.user or "-"),
-            Text(r.name or "-"),
+            plain(r.display_id),
+            plain(r.user or "-"),
+            plain(r.name or "-"),
             f"{r.gpus:g}" + (f" x{r.tasks}" if r.tasks > 1 else ""),
-            Text(r.tier.split(" ")[0]),
+            plain(r.tier.split(" ")[0]),
             f"{r.score:.4g}",
             "?" if r.current is None else str(r.current),
             str(r.target),
@@ -103,10 +103,10 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool
     print_table(t)
     if plan.skipped_cpu_only:
         out.print(
-            f"left alone (no GPUs requested): {escape(', '.join(plan.skipped_cpu_only))}", soft_wrap=True
+            f"left alone (no GPUs requested): {safe_escape(', '.join(plan.skipped_cpu_only))}", soft_wrap=True
         )
     if plan.skipped_waiting:
-        waiting = escape(", ".join(f"{j} ({why})" for j, why in plan.skipped_waiting.items()))
+        waiting = safe_escape(", ".join(f"{j} ({why})" for j, why in plan.skipped_waiting.items()))
         out.print(
             "left alone (cannot start whatever their priority; a SiteFactor from before goes to the "
             f"range's low end): {waiting}",
@@ -125,7 +125,7 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool
     else:
         out.print(f"{summary}; written {len(report.applied)}, failed {len(report.failed)}", soft_wrap=True)
     if report.error:
-        err.print(f"[yellow]pass {report.seq}:[/] {escape(report.error)}", soft_wrap=True)
+        err.print(f"[yellow]pass {report.seq}:[/] {safe_escape(report.error)}", soft_wrap=True)
 
 
 # One line a paragraph: rich help keeps a docstring's line breaks, which cut sentences mid-way.
@@ -340,35 +340,35 @@ def why(
         print_json(data)
         return
     if plan.warning:
-        err.print(f"[yellow]warning:[/] {escape(plan.warning)}", soft_wrap=True)
+        err.print(f"[yellow]warning:[/] {safe_escape(plan.warning)}", soft_wrap=True)
     tasks = f", {row.tasks} pending tasks ranked as one: they share one priority" if row.tasks > 1 else ""
     out.print(
         Text.assemble(
-            (f"job {row.display_id}", "bold"),
-            f" ({row.user or '-'}, {row.name or '-'}, {row.gpus:g} GPUs{tasks})",
+            (printable(f"job {row.display_id}"), "bold"),
+            printable(f" ({row.user or '-'}, {row.name or '-'}, {row.gpus:g} GPUs{tasks})"),
         ),
         soft_wrap=True,
     )
     t = Table(title="headway", show_header=False)
-    t.add_row("rank", Text(f"{row.rank} of {len(plan.rows)} pending GPU jobs ({row.tier})"))
+    t.add_row("rank", plain(f"{row.rank} of {len(plan.rows)} pending GPU jobs ({row.tier})"))
     t.add_row("score", f"{row.score:.4g}")
     for k, v in row.factors.items():
-        t.add_row(Text(k), f"{v:.4g}")
+        t.add_row(plain(k), f"{v:.4g}")
     t.add_row("SiteFactor", f"{'?' if row.current is None else row.current} now, {row.target} planned")
     if not sprio:
         print_table(t)
         out.print(
             "slurm: sprio has no line for this job"
-            + (f" ({escape(res.stderr.strip())})" if res.stderr.strip() else ""),
+            + (f" ({safe_escape(res.stderr.strip())})" if res.stderr.strip() else ""),
             soft_wrap=True,
         )
         return
     tables = [t]
     for line in sprio:
         where = f", partition {line.partition}" if len(sprio) > 1 and line.partition else ""
-        s = Table(title=Text(f"slurm (sprio{where}): priority {line.priority}"), show_header=False)
+        s = Table(title=plain(f"slurm (sprio{where}): priority {line.priority}"), show_header=False)
         for k, v in line.factors.items():
-            s.add_row(Text(k), f"{v:g}")
+            s.add_row(plain(k), f"{v:g}")
         tables.append(s)
     out.print(Columns(tables))
 
