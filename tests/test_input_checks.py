@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -547,3 +548,24 @@ def test_train_leaves_a_file_named_like_its_old_temp_file_alone(tmp_path: Path) 
     assert code == 0, err
     assert mine.read_text() == "my notes"
     assert "boosters" in json.loads((tmp_path / "m.json").read_text())
+
+
+def test_ingest_of_a_header_only_file_says_nothing_was_stored_instead_of_0_jobs_in_the_store(
+    tmp_path: Path,
+) -> None:
+    """A log with its header and no rows printed '0 jobs in the store.', but no store was created (an empty
+    one is removed). It says the file held no jobs and that no store was made, and exits 0 as a Parquet
+    file of no rows does (test_trace_checks)."""
+    db = tmp_path / "s.duckdb"
+    head = write(tmp_path / "head.txt")
+    assert head.read_text().count("\n") == 1  # the header line alone
+    code, out, _ = run("ingest", str(head), "--db", str(db))
+    flat = " ".join(out.split())
+    assert code == 0 and "jobs in the store" not in out and not db.exists()
+    assert f"note ({head}): no jobs in it (no rows); nothing stored" in flat
+    assert f"no jobs stored; {db} was not created" in flat
+    rows = write(tmp_path / "log.txt", sacct_row("COMPLETED", "1"))
+    code, out, _ = run("ingest", str(rows), str(head), "--db", str(db))
+    flat = " ".join(out.split())
+    assert code == 0 and re.search(r"\b1 jobs? in the store", out) and db.exists()
+    assert f"note ({head}): no jobs in it" in flat and f"note ({rows})" not in flat

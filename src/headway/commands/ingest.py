@@ -16,6 +16,7 @@ from headway.console import (
     err,
     fail,
     out,
+    plain,
     print_json,
     print_skipped,
     print_table,
@@ -229,7 +230,10 @@ def ingest(
         assert isinstance(notes, list)
         for n in notes:
             out.print(f"note ({safe_escape(str(s['path']))}): {safe_escape(str(n))}", soft_wrap=True)
-    out.print(f"{total:,} jobs in the store.")
+    if new_store and not target.exists():  # nothing stored: the empty store was not left behind
+        out.print(plain(f"no jobs stored; {target} was not created"))
+    else:
+        out.print(f"{total:,} jobs in the store.")
     if failed:
         for s in failed:
             err.print(f"error: {safe_escape(str(s['error']))}", highlight=False)
@@ -375,6 +379,8 @@ def _ingest_all(
                 fail(error)
             summary.append({"path": label, "error": error, **_NOTHING_STORED, "notes": []})
             continue
+        if res.rows_read == 0 and not res.bad_row_count:  # a header alone, a Parquet file of no rows
+            res.notes.append("no jobs in it (no rows); nothing stored")
         if store.last_repeats:  # (counted by the upsert's own duplicate check)
             why = " (requeued jobs in `sacct -D` output look like this)" if res.format == "sacct" else ""
             res.notes.append(
