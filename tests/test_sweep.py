@@ -192,3 +192,43 @@ def test_a_cell_whose_cluster_is_too_big_for_memory_is_one_line_naming_the_cell(
     )
     assert res.exit_code == 1 and (res.exception is None or isinstance(res.exception, SystemExit))
     assert "fifo at load natural: not enough memory for this replay" in " ".join(res.output.split())
+
+
+def test_a_scheduler_with_no_worker_says_how_to_start_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scheduler that no worker had joined ended the sweep with Dask's 'No valid workers found' after
+    its timeout, naming neither the scheduler nor what to do: it names the `dask worker` command."""
+    import socket
+    import subprocess
+    import time
+
+    import headway.sim.sweep as sweep_mod
+
+    monkeypatch.setattr(sweep_mod, "WORKER_WAIT_S", 2.0, raising=False)
+    trace = tmp_path / "t.parquet"
+    pq.write_table(generate(10, seed=4), trace)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port)]
+    sched = subprocess.Popen(
+        [*cmd, "--dashboard-address", ":0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and sched.poll() is None, "the scheduler did not start"
+                time.sleep(0.2)
+        res = runner.invoke(app, ["sweep", str(trace), "--scheduler", address, "--seeds", "1", "-p", "fifo"])
+    finally:
+        sched.terminate()
+        sched.wait(10)
+    text = " ".join(res.output.split())
+    assert res.exit_code == 1 and f"{address}: the scheduler has no worker" in text, res.output
+    assert f"`dask worker {address}`" in text

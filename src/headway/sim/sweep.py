@@ -112,6 +112,11 @@ def run_grid(
     local: LocalCluster | None = None
     if scheduler:
         client = _connect(scheduler)
+        try:
+            _wait_for_a_worker(client, scheduler)
+        except BaseException:
+            client.close()
+            raise
     else:
         # The worker processes start with SIGINT ignored (and keep it: Python leaves an ignored SIGINT
         # alone), so Ctrl-C stops the sweep here, which closes them, rather than each printing a trace.
@@ -152,6 +157,20 @@ def run_grid(
 
 
 CONNECT_DEADLINE_S = 20.0
+CONNECT_TIMEOUT_S = 10  # Dask's own: an address where nothing listens fails after this
+WORKER_WAIT_S = 10.0  # a scheduler with no worker: how long to wait for one to join
+
+
+def _wait_for_a_worker(client: Any, scheduler: str) -> None:
+    """SweepError naming the command that starts workers when none joins `scheduler` within
+    WORKER_WAIT_S: Dask's own error, once the scatter gave up, was 'No valid workers found'."""
+    try:
+        client.wait_for_workers(1, timeout=WORKER_WAIT_S)
+    except TimeoutError:
+        raise SweepError(
+            f"{scheduler}: the scheduler has no worker (none joined within {WORKER_WAIT_S:g} s); start "
+            f"one on each machine with `dask worker {scheduler}` (every worker needs headway installed)"
+        ) from None
 
 
 def _connect(scheduler: str) -> Any:
@@ -166,7 +185,7 @@ def _connect(scheduler: str) -> Any:
 
     def connect() -> None:
         try:
-            box["client"] = Client(scheduler, timeout="10s")
+            box["client"] = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
         except BaseException as e:  # handed to the caller
             box["error"] = e
 
