@@ -613,3 +613,42 @@ def test_titles_name_a_source_with_a_slash_whole(trace: Path, tmp_path: Path) ->
     assert res.exit_code == 0, res.output
     assert "jobs.duckdb (source lab/east): 200 jobs, 32 GPUs" in " ".join(res.stdout.split())
     assert "<h1>headway simulate: jobs.duckdb (source lab/east)</h1>" in html.read_text()
+
+
+def test_a_trace_of_one_job_is_counted_as_1_job_not_1_jobs(tmp_path: Path) -> None:
+    """simulate, sweep and ingest said '1 jobs', sweep '1 simulations on a local Dask cluster of 1
+    processes' and --explain '1 scheduling passes'."""
+    from headway.sim.synth import generate
+
+    trace = tmp_path / "one.parquet"
+    pq.write_table(generate(1, seed=4), trace)
+    res = runner.invoke(app, ["simulate", str(trace), "--nodes", "1", "--policy", "fifo"])
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    assert "1 jobs" not in flat and "one.parquet: 1 job (parquet)" in flat and "one.parquet: 1 job, " in flat
+    job_id = str(pq.read_table(trace).column("job_id")[0])
+    res = runner.invoke(app, ["simulate", str(trace), "--nodes", "1", "-p", "fifo", "--explain", job_id])
+    assert res.exit_code == 0 and "scheduling pass while" in " ".join(res.output.split()), res.output
+    res = runner.invoke(
+        app,
+        [
+            "sweep",
+            str(trace),
+            "--nodes",
+            "1",
+            "-p",
+            "fifo",
+            "--seeds",
+            "1",
+            "--workers",
+            "1",
+            "--load",
+            "natural",
+        ],
+    )
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 0 and "1 job; 1 simulation on a local Dask cluster of 1 process " in flat + " ", (
+        res.output
+    )
+    res = runner.invoke(app, ["ingest", str(trace), "--db", str(tmp_path / "s.duckdb")])
+    assert res.exit_code == 0 and "1 job in the store." in res.output, res.output

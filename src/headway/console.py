@@ -45,6 +45,11 @@ def plain(value: object) -> Text:
     return Text(printable(value))
 
 
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """`1 job`, `2 jobs`, `1,200 scheduling passes` (a plural other than noun + s given as `plural`)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def print_table(table: Any, console: Console | None = None) -> None:
     """On a terminal, at its width; piped or redirected (a log, `| less`, CI), at the table's own width.
     Rich takes 80 columns when it cannot ask a terminal, and cut wide tables' cells short there."""

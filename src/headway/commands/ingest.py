@@ -13,6 +13,7 @@ from rich.table import Table
 
 from headway.console import (
     check_output_file,
+    count,
     err,
     fail,
     out,
@@ -233,7 +234,7 @@ def ingest(
     if new_store and not target.exists():  # nothing stored: the empty store was not left behind
         out.print(plain(f"no jobs stored; {target} was not created"))
     else:
-        out.print(f"{total:,} jobs in the store.")
+        out.print(f"{count(total, 'job')} in the store.")
     if failed:
         for s in failed:
             err.print(f"error: {safe_escape(str(s['error']))}", highlight=False)

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from headway.console import (
     check_output_file,
+    count,
     err,
     fail,
     fail_unknown_source,
@@ -770,7 +771,7 @@ def _explain_tables(results: Sequence[SimResult], job_id: str) -> tuple[list[Tab
             )
         title = (
             f"{r.policy}: job {job_id} submitted at {fmt_seconds(job.get('submit'))}, "
-            f"{started} ({len(recs)} scheduling passes while it waited)"
+            f"{started} ({count(len(recs), 'scheduling pass', 'scheduling passes')} while it waited)"
         )
         t = Table(  # the job id as given to --explain, never as markup
             title=safe_escape(title),
@@ -866,7 +867,9 @@ def simulate(
     if not as_json:
         info.report()
         err.print(
-            plain(f"{info.label}: {info.jobs:,} jobs ({info.format}); simulating {', '.join(policies)}")
+            plain(
+                f"{info.label}: {count(info.jobs, 'job')} ({info.format}); simulating {', '.join(policies)}"
+            )
         )
     results = run_policies(
         jobs,
@@ -927,7 +930,7 @@ def simulate(
         comparison_table(
             metrics,
             safe_escape(  # the trace's file name as written, never as markup
-                f"{info.short}: {info.jobs:,} jobs, {capacity:g} GPUs, {load_txt} "
+                f"{info.short}: {count(info.jobs, 'job')}, {capacity:g} GPUs, {load_txt} "
                 + (
                     f"(offered {offered:.3g})"
                     if math.isfinite(offered)
@@ -1086,8 +1089,10 @@ def sweep(
     cells = grid(policies, loads, seed_list)
     if not as_json:
         info.report()
-        where = scheduler or f"a local Dask cluster of {workers} processes"
-        err.print(plain(f"{info.label}: {info.jobs:,} jobs; {len(cells)} simulations on {where}"))
+        where = scheduler or f"a local Dask cluster of {count(workers, 'process', 'processes')}"
+        err.print(
+            plain(f"{info.label}: {count(info.jobs, 'job')}; {count(len(cells), 'simulation')} on {where}")
+        )
     t0 = time.perf_counter()
     with _progress(as_json) as progress:
         task = progress.add_task("sweep", total=len(cells))
