@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 from rich.table import Table
 
-from headway.console import print_table
+from headway.console import print_table, printable
 
 
 def _wide_table() -> Table:
@@ -34,3 +34,10 @@ def test_a_table_that_fits_prints_as_rich_prints_it() -> None:
     print_table(small, Console(file=ours, highlight=False))
     Console(file=theirs, highlight=False).print(small)
     assert ours.getvalue() == theirs.getvalue()
+
+
+def test_bidi_overrides_in_a_name_show_as_escapes_and_right_to_left_letters_stay() -> None:
+    # 'admin' followed by an override that would make the rest of the name display reversed.
+    assert printable("admin\u202etxt.exe") == "admin\\u202etxt.exe"
+    assert printable("a\u2066b\u2069") == "a\\u2066b\\u2069"
+    assert printable("שלום مرحبا 漢字 e\u0301 🙂\tx") == "שלום مرحبا 漢字 e\u0301 🙂\tx"

@@ -250,7 +250,7 @@ def test_jobs_without_a_submit_time_are_counted_in_a_note_beside_the_weekly_seri
     with JobStore(db, read_only=True) as s:
         r = audit_report(s.con)
     assert sum(w["jobs"] for w in r["weekly"]) == 2 and r["totals"]["audited_jobs"] == 3
-    assert "1 jobs have no submit time" in " ".join(r["notes"])
+    assert "1 job has no submit time: it counts in the totals" in " ".join(r["notes"])
 
 
 def test_an_unreadable_gpu_count_is_a_bad_row_not_a_cpu_job(tmp_path: Path) -> None:

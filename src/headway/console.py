@@ -21,6 +21,10 @@ err = Console(stderr=True, highlight=False)
 
 
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
+# Unicode's bidirectional overrides, embeddings and isolates: no terminal command, but `a\u202eb` shows
+# a name reversed from that point on, so one name can pass for another in a table. Letters of
+# right-to-left scripts are untouched.
+_CONTROL.update({c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))})
 
 
 def printable(value: object) -> str:

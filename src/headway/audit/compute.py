@@ -704,7 +704,8 @@ def _notes(r: dict[str, Any], include_cpu: bool) -> list[str]:
     unweeked = t["audited_jobs"] - sum(wk["jobs"] for wk in r["weekly"])
     if unweeked > 0:
         notes.append(
-            f"{unweeked:,} jobs have no submit time: they count in the totals but in no week of the series"
+            f"{unweeked:,} {'job has' if unweeked == 1 else 'jobs have'} no submit time: "
+            f"{'it counts' if unweeked == 1 else 'they count'} in the totals but in no week of the series"
         )
     by = r["top"]["by"]
     rows = r["top"].get(by) or []
