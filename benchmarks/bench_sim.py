@@ -149,7 +149,8 @@ def main() -> None:
     print(f"  build: {out['build']} (`make native` compiles the simulator; see src/headway/_native.py)")
     print(f"  {wall:.1f} s wall ({cpu:.1f} s CPU), {n / wall:,.0f} jobs/s ({n / cpu:,.0f} per CPU-second)")
     print(f"  {res.events:,} events, {res.passes:,} scheduling passes; machine load {out['load_avg_1m']}")
-    print(f"  memory: {out['rss_mb']} MB RSS ({out['rss_growth_mb']} MB during the run), peak {out['peak_rss_mb']} MB")
+    rss_line = f"{out['rss_mb']} MB RSS ({out['rss_growth_mb']} MB during the run)"
+    print(f"  memory: {rss_line}, peak {out['peak_rss_mb']} MB")
     print(json.dumps(out))
 
 
