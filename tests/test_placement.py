@@ -125,6 +125,15 @@ def test_cluster_from_toml_groups_and_named_racks(tmp_path: Path) -> None:
         ClusterSpec.from_toml(bad)
 
 
+@pytest.mark.parametrize("model", ["100", "true", '["A100"]', "{ kind = 'A100' }"])
+def test_a_toml_gpu_model_that_is_not_a_string_is_a_cluster_error(tmp_path: Path, model: str) -> None:
+    """Was accepted by plain Python and a TypeError traceback from the compiled NodeSpec."""
+    f = tmp_path / "c.toml"
+    f.write_text(f"[[nodes]]\ncount = 2\ngpus = 8\nmodel = {model}\n")
+    with pytest.raises(ClusterSpecError, match=r"\[\[nodes\]\] #1: model must be a string"):
+        ClusterSpec.from_toml(f)
+
+
 @pytest.mark.shared
 def test_cluster_from_the_alibaba_node_list(shared_traces: Path) -> None:
     spec = ClusterSpec.from_alibaba(shared_traces / "alibaba-fgd-2023" / "openb_node_list_gpu_node.csv")

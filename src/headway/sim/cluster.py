@@ -137,6 +137,8 @@ class ClusterSpec:
             if not _positive_int(count):
                 raise ClusterSpecError(f"{where}: count must be a positive integer")
             prefix, model, rack = g.get("name", f"g{gi}-"), g.get("model"), g.get("rack")
+            if model is not None and not isinstance(model, str):  # NodeSpec.model (compiled: str or None)
+                raise ClusterSpecError(f'{where}: model must be a string, e.g. model = "A100"')
             for i in range(count):
                 if rack is not None:
                     r = rack_ids.setdefault(str(rack), len(rack_ids) + 10**6)
