@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint pytest pytest-native native bench services clean
+.PHONY: demo test lint pytest pytest-native native bench services clean FORCE
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -15,11 +15,19 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 # The compiled build (setup.py): the wheel a user's `pip install .` gets, unpacked where PYTHONPATH can
-# put it ahead of the editable install. Rebuilt when a source file changes.
+# put it ahead of the editable install. Rebuilt when a source or data file changes, or one is added or
+# removed (build/native-sources, rewritten only when the list changes). setuptools copies the package into
+# build/lib* and never removes what is no longer in src/: those go first, or a deleted module would
+# still ship in the wheel (and the compiled-build tests would import it).
 NATIVE := build/native
 NATIVE_STAMP := $(NATIVE)/.built
-$(NATIVE_STAMP): $(STAMP) setup.py pyproject.toml $(wildcard src/headway/*.py src/headway/*/*.py)
-	rm -rf $(NATIVE) build/native-wheel
+NATIVE_SRC := $(sort $(wildcard src/headway/*.py src/headway/*/*.py src/headway/data/*))
+build/native-sources: FORCE
+	@mkdir -p build
+	@echo '$(NATIVE_SRC)' | cmp -s - $@ || echo '$(NATIVE_SRC)' > $@
+FORCE:
+$(NATIVE_STAMP): $(STAMP) setup.py pyproject.toml $(NATIVE_SRC) build/native-sources
+	rm -rf $(NATIVE) build/native-wheel build/lib build/lib.* build/bdist.*
 	$(BIN)/pip wheel --no-deps -q -w build/native-wheel .
 	$(BIN)/python -m zipfile -e build/native-wheel/headway-*.whl $(NATIVE)
 	touch $(NATIVE_STAMP)
