@@ -35,8 +35,19 @@ class OptionalBuildExt(build_ext):
         return [o for o in super().get_outputs() if Path(o).exists()]
 
 
+# setuptools runs this file once per step of a build (pip: requirements, metadata, then the wheel). These
+# steps build no extension, so mypyc (a full mypy run, C files written under build/) would only cost time:
+# three runs for one `pip install .`, two for an editable install, which then compiles nothing.
+NO_EXTENSIONS = frozenset({"egg_info", "dist_info", "sdist", "editable_wheel"})
+
+
+def _command() -> str | None:
+    """The setup command (setuptools' backend may put global options before it)."""
+    return next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+
+
 def native_extensions() -> list[Any]:
-    if os.environ.get("HEADWAY_PURE") == "1" or "editable_wheel" in sys.argv:
+    if os.environ.get("HEADWAY_PURE") == "1" or "editable_wheel" in sys.argv or _command() in NO_EXTENSIONS:
         return []
     try:
         from mypyc.build import mypycify
@@ -53,4 +64,5 @@ def native_extensions() -> list[Any]:
     return exts
 
 
-setup(ext_modules=native_extensions(), cmdclass={"build_ext": OptionalBuildExt})
+if __name__ == "__main__":  # as setuptools runs it; tests load the functions above without building
+    setup(ext_modules=native_extensions(), cmdclass={"build_ext": OptionalBuildExt})

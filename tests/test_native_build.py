@@ -7,9 +7,11 @@ compiler must still get a working install of plain Python."""
 from __future__ import annotations
 
 import os
+import runpy
 import shutil
 import subprocess
 import sys
+import types
 import zipfile
 from pathlib import Path
 
@@ -43,6 +45,37 @@ def _copy_of_the_repo(tmp_path: Path) -> Path:
     skip = shutil.ignore_patterns(".venv", "build", ".git", "*.egg-info", "*.duckdb", ".mypy_cache")
     shutil.copytree(REPO, src, ignore=skip)
     return src
+
+
+@pytest.mark.parametrize(
+    ("argv", "compiles"),
+    [
+        (["egg_info"], False),
+        (["dist_info", "--output-dir", "meta"], False),
+        (["-q", "sdist", "-d", "dist"], False),
+        (["editable_wheel", "--dist-info-dir", "x"], False),
+        (["bdist_wheel", "--dist-dir", "dist"], True),
+        (["-v", "build_ext", "--inplace"], True),
+    ],
+)
+def test_only_the_steps_of_a_build_that_compile_run_mypyc(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], compiles: bool
+) -> None:
+    """pip runs setup.py for the requirements and the metadata before the wheel, and an editable install
+    or an sdist compiles nothing at all: mypyc there was a full mypy run and C written under build/
+    (three runs for one `pip install .`)."""
+    ns = runpy.run_path(str(REPO / "setup.py"), run_name="headway_setup")
+    calls: list[list[str]] = []
+
+    def mypycify(paths: list[str], **kw: object) -> list[str]:
+        calls.append(paths)
+        return ["ext"]
+
+    monkeypatch.setitem(sys.modules, "mypyc.build", types.SimpleNamespace(mypycify=mypycify))
+    monkeypatch.setattr(sys, "argv", ["setup.py", *argv])
+    monkeypatch.delenv("HEADWAY_PURE", raising=False)
+    assert ns["native_extensions"]() == (["ext"] if compiles else [])
+    assert len(calls) == compiles
 
 
 @pytest.mark.slow
