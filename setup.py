@@ -59,7 +59,9 @@ def native_extensions() -> list[Any]:
     try:
         exts: list[Any] = mypycify(paths, opt_level="3", group_name="headway_native")
     except (Exception, SystemExit) as e:  # mypyc exits on code it refuses: ship plain Python
-        print(f"headway: mypyc refused the simulator ({e}); installing plain Python", file=sys.stderr)
+        # SystemExit's text is only mypy's exit status ("1"); the errors themselves are printed above it
+        why = "mypy reported the errors above" if isinstance(e, SystemExit) else f"{type(e).__name__}: {e}"
+        print(f"headway: mypyc refused the simulator ({why}); installing plain Python", file=sys.stderr)
         return []
     return exts
 

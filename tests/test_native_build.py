@@ -78,6 +78,23 @@ def test_only_the_steps_of_a_build_that_compile_run_mypyc(
     assert len(calls) == compiles
 
 
+def test_a_simulator_mypyc_refuses_installs_plain_python_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """mypyc exits (SystemExit(1)) after printing mypy's errors: the note said 'refused the simulator (1)'."""
+    ns = runpy.run_path(str(REPO / "setup.py"), run_name="headway_setup")
+
+    def mypycify(paths: list[str], **kw: object) -> list[str]:
+        raise SystemExit(1)
+
+    monkeypatch.setitem(sys.modules, "mypyc.build", types.SimpleNamespace(mypycify=mypycify))
+    monkeypatch.setattr(sys, "argv", ["setup.py", "bdist_wheel"])
+    monkeypatch.delenv("HEADWAY_PURE", raising=False)
+    assert ns["native_extensions"]() == []
+    err = capsys.readouterr().err
+    assert "mypyc refused the simulator (mypy reported the errors above); installing plain Python" in err
+
+
 @pytest.mark.slow
 def test_a_wheel_built_for_a_fresh_environment_compiles_the_simulator(tmp_path: Path) -> None:
     """`pip install .` into a new venv builds the wheel before numpy is installed there: the isolated
