@@ -66,4 +66,4 @@ bench: $(NATIVE_STAMP)
 	PYTHONPATH=$(CURDIR)/$(NATIVE) $(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info headway.duckdb headway-demo.duckdb headway-report.html
+	rm -rf $(VENV) build *.egg-info src/*.egg-info headway.duckdb headway-demo.duckdb headway-report.html

@@ -46,8 +46,34 @@ def _command() -> str | None:
     return next((a for a in sys.argv[1:] if not a.startswith("-")), None)
 
 
+def _compiler_error() -> str | None:
+    """Why this machine cannot build a Python extension (None: it can). Asked before mypyc runs, so a
+    machine without a C compiler or Python's headers gets a plain-Python wheel, tagged as one
+    (py3-none-any), rather than a platform-tagged wheel with nothing compiled in it."""
+    import sysconfig
+    import tempfile
+    from distutils.ccompiler import new_compiler  # setuptools' own copy (imported above)
+    from distutils.sysconfig import customize_compiler
+
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp) / "probe.c"
+        probe.write_text("#include <Python.h>\nint headway_probe(void) { return 0; }\n")
+        cc = new_compiler()
+        customize_compiler(cc)  # CC, CFLAGS, LDSHARED as a real build would take them
+        try:
+            objs = cc.compile([str(probe)], output_dir=tmp, include_dirs=[sysconfig.get_paths()["include"]])
+            cc.link_shared_object(objs, str(Path(tmp) / "probe.so"))
+        except Exception as e:  # CompileError, LinkError, a missing program
+            return f"{type(e).__name__}: {e}"
+    return None
+
+
 def native_extensions() -> list[Any]:
     if os.environ.get("HEADWAY_PURE") == "1" or "editable_wheel" in sys.argv or _command() in NO_EXTENSIONS:
+        return []
+    why_not = _compiler_error()
+    if why_not is not None:
+        print(f"headway: no working C compiler ({why_not}); installing plain Python", file=sys.stderr)
         return []
     try:
         from mypyc.build import mypycify
