@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -432,6 +433,15 @@ def test_exporting_a_database_without_the_job_view_says_it_is_not_a_job_store(tm
     assert "Catalog Error" not in line
 
 
+@contextlib.contextmanager
+def _umask(mask: int) -> Iterator[None]:
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
 def test_an_export_through_a_link_or_a_fifo_keeps_it_and_a_new_file_follows_the_umask(tmp_path: Path) -> None:
     """The temp-file-and-rename export replaced a symlink (its target untouched) and a FIFO with plain
     files, and made every export world-readable whatever the umask."""
@@ -454,11 +464,8 @@ def test_an_export_through_a_link_or_a_fifo_keeps_it_and_a_new_file_follows_the_
     assert run("export", "--db", str(demo_store), "--parquet", str(fifo))[0] == 0
     reader.join(30)
     assert got and got[0][:4] == b"PAR1" and stat.S_ISFIFO(fifo.stat().st_mode)
-    old = os.umask(0o077)
-    try:
+    with _umask(0o077):
         assert run("export", "--db", str(demo_store), "--parquet", str(tmp_path / "u.parquet"))[0] == 0
-    finally:
-        os.umask(old)
     assert (tmp_path / "u.parquet").stat().st_mode & 0o777 == 0o600
 
 
@@ -495,11 +502,8 @@ def test_audit_html_through_a_link_or_a_fifo_keeps_it_and_a_new_file_follows_the
     reader.join(30)
     assert code == 0 and stat.S_ISFIFO(fifo.stat().st_mode)
     assert got and got[0].startswith(b"<!DOCTYPE html>")
-    old = os.umask(0o077)
-    try:
+    with _umask(0o077):
         assert run("audit", "--db", str(store), "--html", str(tmp_path / "u.html"))[0] == 0
-    finally:
-        os.umask(old)
     assert (tmp_path / "u.html").stat().st_mode & 0o777 == 0o600
 
 

@@ -391,7 +391,7 @@ def _ingest_all(
         if store.last_kept_ended:
             k = store.last_kept_ended
             res.notes.append(
-                f"{k:,} stored job{'s' if k != 1 else ''} had ended and this file lists "
+                f"{count(k, 'stored job')} had ended and this file lists "
                 f"{'them' if k != 1 else 'it'} as still pending or running (an older snapshot?): the "
                 "stored rows were kept"
             )

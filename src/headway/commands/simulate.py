@@ -1010,7 +1010,7 @@ def _write_html(
         results,
         metrics,
         title=f"headway simulate: {info.short}",
-        subtitle=f"{replayed:,} job{'s' if replayed != 1 else ''} replayed"
+        subtitle=f"{count(replayed, 'job')} replayed"
         + (f" of the {info.jobs:,} read" if replayed != info.jobs else "")
         + f", {capacity:,g} GPUs, {arrivals}",
         notes=notes,
@@ -1259,7 +1259,8 @@ def synth(
     if as_json:
         print_json(summary)
         return
-    out.print(plain(f"wrote {table.num_rows:,} jobs to {out_path} ({fmt}) in {gen_s:.2f} s to generate"))
+    wrote = f"wrote {count(table.num_rows, 'job')} to {out_path} ({fmt})"
+    out.print(plain(f"{wrote} in {gen_s:.2f} s to generate"))
     out.print("states: " + ", ".join(f"{k} {v:,}" for k, v in sorted(states.items())))
     out.print(plain(summary["ingest"]))
 
