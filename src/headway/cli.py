@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Annotated
 
 import typer
@@ -59,6 +60,26 @@ app.command("why")(queue_cmd.why)
 app.command("cancel")(queue_cmd.cancel)
 app.command("logs")(queue_cmd.logs)
 app.command("history")(queue_cmd.history)
+
+
+def _reflow(text: str) -> str:
+    """One line per paragraph: Typer's rich help keeps a docstring's line breaks after the first
+    paragraph, which wrapped a 100-column docstring raggedly in an 80-column terminal."""
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
+
+
+def _reflow_help(t: typer.Typer) -> None:
+    for info in t.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback else None)
+        if doc:
+            info.help = _reflow(doc)
+    for group in t.registered_groups:
+        if group.typer_instance is not None:
+            _reflow_help(group.typer_instance)
+
+
+_reflow_help(app)
 
 
 def main() -> None:
