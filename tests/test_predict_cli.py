@@ -125,6 +125,7 @@ def test_a_pending_job_on_an_old_log_is_shown_as_of_its_end_with_at_last(db: Pat
         (["predict", "show", "42", "--at", "last"], "--at is for a pending job"),
         (["predict", "show", "--user", "a", "--gpus", "nan"], "--gpus: must be a number of GPUs"),
         (["predict", "show", "--user", "a", "--gpus", "inf"], "--gpus: must be a number of GPUs"),
+        (["predict", "show", "--user", "a", "--gpus", "1e300"], "--gpus: at most 1,000,000"),
         (["predict", "show", "--user", "a", "--time-limit", "1-25:99:00"], "hours 25 out of range (0-23)"),
         (["predict", "show", "--user", "a", "--time-limit", "5:99"], "seconds 99 out of range (0-59)"),
     ],

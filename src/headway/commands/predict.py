@@ -27,6 +27,7 @@ from headway.console import (
     printable,
     safe_escape,
 )
+from headway.schema import MAX_GPUS
 
 if TYPE_CHECKING:
     from headway.predict.features import FeatureFrame
@@ -551,8 +552,9 @@ def show(
 ) -> None:
     """The three predictions for one job, what drove them, and a suggested time limit.
 
-    For a stored job the features are those it had at its submit time. For a pending job (--user,
-    --gpus, ...) they come from every job in the store that ended before it is submitted (now, or --at).
+    For a stored job the features are those it had at its submit time. For a pending job
+    (--user, --gpus, ...) they come from every job in the store that ended before it is submitted
+    (now, or --at).
     """
     import numpy as np
 
@@ -621,6 +623,8 @@ def show(
             fail(f"--time-limit: must be more than 0 seconds and under 30 years, got {time_limit!r}")
         if gpus is not None and not math.isfinite(gpus):  # min=0 lets nan through: nan < 0 is False
             fail(f"--gpus: must be a number of GPUs, got {gpus}")
+        if gpus is not None and gpus > MAX_GPUS:  # the bound every reader stores jobs under
+            fail(f"--gpus: at most {MAX_GPUS:,} (no stored job asks for more), got {gpus:g}")
         if gpus == 0 and not include_cpu:
             fail("--gpus 0 is a CPU-only job: predict ignores those unless --include-cpu")
         now, at_note = _submit_time(at, frame.end)
