@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import runpy
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 
@@ -33,6 +35,19 @@ class OptionalBuildExt(build_ext):
 
     def get_outputs(self) -> list[str]:
         return [o for o in super().get_outputs() if Path(o).exists()]
+
+
+class CleanBuildPy(build_py):
+    """Start each build from an empty build/lib: pip builds in the checkout, and setuptools' build/lib
+    keeps what earlier builds put there, which the next wheel shipped (a module deleted since, or an
+    earlier build's compiled modules in a plain-Python wheel)."""
+
+    def run(self) -> None:
+        lib = Path(self.build_lib)
+        shutil.rmtree(lib / "headway", ignore_errors=True)
+        for stale in lib.glob("headway_native__mypyc*"):
+            stale.unlink()
+        super().run()
 
 
 # setuptools runs this file once per step of a build (pip: requirements, metadata, then the wheel). These
@@ -93,4 +108,5 @@ def native_extensions() -> list[Any]:
 
 
 if __name__ == "__main__":  # as setuptools runs it; tests load the functions above without building
-    setup(ext_modules=native_extensions(), cmdclass={"build_ext": OptionalBuildExt})
+    commands = {"build_ext": OptionalBuildExt, "build_py": CleanBuildPy}
+    setup(ext_modules=native_extensions(), cmdclass=commands)

@@ -148,3 +148,38 @@ def test_a_build_with_no_working_c_compiler_installs_plain_python(tmp_path: Path
     names = zipfile.ZipFile(wheel).namelist()
     assert not [n for n in names if n.endswith(".so")], names
     assert "headway/sim/engine.py" in names
+
+
+@pytest.mark.slow
+def test_a_second_build_in_the_same_checkout_ships_only_what_the_sources_hold_now(tmp_path: Path) -> None:
+    """pip builds in the checkout and setuptools keeps build/lib between builds: a module deleted since
+    the last build, or that build's compiled modules, must not reach the next wheel."""
+    if EXPECT_NATIVE:
+        pytest.skip("run once, in the main run")
+    src = _copy_of_the_repo(tmp_path)
+    env = {**os.environ, "HEADWAY_PURE": "1"}  # plain Python: the stale files below are the only .so
+
+    def wheel(out: Path) -> list[str]:
+        res = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), "."],
+            cwd=src,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert res.returncode == 0, res.stderr[-3000:]
+        (whl,) = out.glob("headway-*.whl")
+        return zipfile.ZipFile(whl).namelist()
+
+    gone = src / "src" / "headway" / "gone_since.py"
+    gone.write_text("X = 1\n")
+    assert "headway/gone_since.py" in wheel(tmp_path / "first")
+    gone.unlink()
+    lib = src / "build" / "lib"
+    (lib / "headway_native__mypyc.cpython-311-x86_64-linux-gnu.so").write_bytes(b"old")
+    (lib / "headway" / "sim" / "engine.cpython-311-x86_64-linux-gnu.so").write_bytes(b"old")
+    names = wheel(tmp_path / "second")
+    assert "headway/gone_since.py" not in names
+    assert not [n for n in names if n.endswith(".so")], names
+    assert "headway/sim/engine.py" in names
