@@ -68,6 +68,16 @@ def test_a_second_cluster_reusing_job_ids_is_refused_instead_of_replacing_the_fi
     assert stored(db)[("sacct", "1")] == ("bob", "COMPLETED")
 
 
+def test_one_reused_job_id_is_refused_in_a_singular_sentence(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    assert ingest(db, write(tmp_path / "a.txt", row("COMPLETED", "1")))[0] == 0
+    b = write(tmp_path / "b.txt", row("COMPLETED", "1", user="bob", submit="2026-04-01T09:00:00",
+                                      start="2026-04-01T10:00:00", end="2026-04-01T11:00:00"))  # fmt: skip
+    code, _, err = ingest(db, b)
+    line = " ".join(err.split())
+    assert code == 1 and "1 job id of source 'sacct' already stored belongs to a different job" in line, line
+
+
 def test_reingesting_a_newer_snapshot_updates_its_jobs_silently_and_says_how_many_were_new(
     tmp_path: Path,
 ) -> None:

@@ -292,9 +292,13 @@ class JobStore:
             when = submit.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ") if submit else "?"
             return f"submitted {when} by {user if user is not None else '?'}"
 
-        s = "" if reused == 1 else "s"
+        ids, belong = (
+            ("job id", "belongs to a different job")
+            if reused == 1
+            else ("job ids", "belong to different jobs")
+        )
         return (
-            f"{reused:,} job id{s} of source '{ex[0]}' already stored belong to different jobs in this "
+            f"{reused:,} {ids} of source '{ex[0]}' already stored {belong} in this "
             f"input (job {ex[1]}: stored {who(ex[2], ex[3])}, incoming {who(ex[4], ex[5])})"
         )
 
