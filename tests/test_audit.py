@@ -147,6 +147,19 @@ def test_repeat_failures_finds_runs_of_three_and_says_whether_a_success_followed
     assert r["share_of_wasted_gpu_hours"] == pytest.approx(10 / total_waste)
 
 
+def test_a_share_of_the_waste_never_exceeds_the_whole_waste(tmp_path: Path) -> None:
+    """Every failure is in a streak here: the streaks' GPU-hours, summed streak by streak, came to
+    0.9 against 0.8999999999999999 summed over the jobs, and the share read 1.0000000000000002."""
+    failed = [job(str(i), State.FAILED, gpus=g, submit=T0 + 10 * i * MIN, runtime=9 * MIN)
+              for i, g in enumerate((1.5, 1, 1, 0.5, 1, 1))]  # fmt: skip
+    failed[3] = dataclasses.replace(failed[3], state=State.TIMEOUT)
+    ok = job("ok", State.COMPLETED, submit=T0 + 25 * MIN, runtime=9 * MIN)
+    r = report_of(store_with(tmp_path, [*failed[:3], ok, *failed[3:]]))
+    assert r["repeat_failures"]["streaks"] == 2 and r["repeat_failures"]["jobs"] == 6
+    assert r["repeat_failures"]["share_of_wasted_gpu_hours"] == 1.0
+    assert 0.0 < r["timeouts"]["share_of_wasted_gpu_hours"] <= 1.0
+
+
 def test_early_failures_share_by_count_and_gpu_hours_within_5_15_60_minutes(tmp_path: Path) -> None:
     runtimes = [3, 10, 30, 120]  # minutes
     jobs = [job(f"f{m}", State.FAILED, runtime=m * MIN, gpus=6) for m in runtimes]

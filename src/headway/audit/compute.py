@@ -95,6 +95,13 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return float(a) / float(b)
 
 
+def _part_of(part: float, whole: float | None) -> float | None:
+    """The share of `whole` that `part`, a subset of it, makes up: summed another way than the whole, a part
+    that is all of it can come out a rounding error above it (1.0000000000000002)."""
+    r = _ratio(part, whole)
+    return None if r is None else min(r, 1.0)
+
+
 def _f(x: Any) -> float:
     return 0.0 if x is None else float(x)
 
@@ -299,7 +306,7 @@ def _repeat_failures(q: _Q, top: int, min_run: int, wasted: float) -> dict[str, 
         "streaks": int(n),
         "jobs": int(jobs),
         "gpu_hours": _f(gh),
-        "share_of_wasted_gpu_hours": _ratio(_f(gh), wasted),
+        "share_of_wasted_gpu_hours": _part_of(_f(gh), wasted),
         "unresolved_streaks": int(unresolved),
         "unresolved_gpu_hours": _f(unresolved_gh),
         "rows": [
@@ -408,7 +415,7 @@ def _timeouts(q: _Q, top: int, wasted: float) -> dict[str, Any]:
     out: dict[str, Any] = {
         "jobs": int(n),
         "gpu_hours": _f(gh),
-        "share_of_wasted_gpu_hours": _ratio(_f(gh), wasted),
+        "share_of_wasted_gpu_hours": _part_of(_f(gh), wasted),
         "by_user": [{"user": u, "jobs": int(c), "gpu_hours": _f(g)} for u, c, g in by_user],
         "time_limits_known": int(with_limit) > 0,
         "jobs_with_time_limit": int(with_limit),
