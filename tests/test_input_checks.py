@@ -75,6 +75,21 @@ def test_export_to_an_unwritable_place_is_one_line_not_a_traceback(tmp_path: Pat
     assert code == 1 and "no such directory" in err and "Traceback" not in err
 
 
+def test_export_onto_a_job_log_is_refused_and_an_earlier_export_is_replaced(tmp_path: Path) -> None:
+    """`export --parquet jobs.csv` (a slip for jobs.parquet) replaced the log itself without a word."""
+    log = write(tmp_path / "log.txt", sacct_row("COMPLETED", "1"))
+    db = tmp_path / "s.duckdb"
+    assert run("ingest", str(log), "--db", str(db))[0] == 0
+    before = log.read_bytes()
+    code, _, err = run("export", "--db", str(db), "--parquet", str(log))
+    assert code == 1 and "is not a Parquet file" in err and "Traceback" not in err
+    assert log.read_bytes() == before
+    out = tmp_path / "jobs.parquet"
+    for _ in range(2):  # the second export replaces the first
+        assert run("export", "--db", str(db), "--parquet", str(out))[0] == 0
+    assert pq.read_table(out).num_rows == 1
+
+
 def test_a_job_that_ends_before_it_starts_is_a_bad_row_in_every_tabular_format(tmp_path: Path) -> None:
     log = write(
         tmp_path / "log.txt",

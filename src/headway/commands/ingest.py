@@ -309,6 +309,14 @@ def export(
     from headway.store import JobStore, StoreError
 
     check_output_file(parquet, "--parquet")
+    if parquet.is_file() and parquet.stat().st_size:
+        with parquet.open("rb") as f:
+            magic = f.read(4)
+        if magic != b"PAR1":  # an earlier export is replaced; anything else may be a log not kept elsewhere
+            fail(
+                f"--parquet {parquet}: exists and is not a Parquet file (a job log?); writing would "
+                "replace it: remove it first or give another file name"
+            )
     try:
         with JobStore(db, read_only=True) as store:
             n = store.export_parquet(parquet)
