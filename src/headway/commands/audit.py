@@ -25,7 +25,7 @@ def audit(
         str | None,
         typer.Option(
             help="Only jobs submitted at or after this: a date (2026-01-31), a time (2026-01-31T12:00) or a "
-            "relative time (30d, 12h, 2w) counted back from the newest job in the store.",
+            "relative time (30d, 12h, 2w) counted back from the newest job in the store (of --source).",
             show_default=False,
         ),
     ] = None,
