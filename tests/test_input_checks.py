@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -82,8 +83,13 @@ def test_export_onto_a_job_log_is_refused_and_an_earlier_export_is_replaced(tmp_
     assert run("ingest", str(log), "--db", str(db))[0] == 0
     before = log.read_bytes()
     code, _, err = run("export", "--db", str(db), "--parquet", str(log))
-    assert code == 1 and "is not a Parquet file" in err and "Traceback" not in err
+    assert code == 1 and "is not an earlier export" in err and "Traceback" not in err
     assert log.read_bytes() == before
+    own = tmp_path / "log.parquet"  # a log kept as Parquet, with other columns
+    pq.write_table(pa.table({"id": ["1"], "state": ["COMPLETED"]}), own)
+    before = own.read_bytes()
+    assert run("export", "--db", str(db), "--parquet", str(own))[0] == 1
+    assert own.read_bytes() == before
     out = tmp_path / "jobs.parquet"
     for _ in range(2):  # the second export replaces the first
         assert run("export", "--db", str(db), "--parquet", str(out))[0] == 0

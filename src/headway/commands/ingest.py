@@ -298,6 +298,21 @@ def _empty_store(path: Path) -> bool:
         return False
 
 
+def _is_export(path: Path) -> bool:
+    """Whether `path` is a Parquet file with the columns `export` writes (the job schema and the derived
+    runtime, wait and gpu_hours)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from headway.schema import FIELD_NAMES
+
+    try:
+        names = pq.read_schema(path).names
+    except (OSError, pa.ArrowException):  # not Parquet, or unreadable
+        return False
+    return names == [*FIELD_NAMES, "runtime", "wait", "gpu_hours"]
+
+
 def export(
     parquet: Annotated[
         Path, typer.Option("--parquet", help="Write every stored job (with derived fields) here.")
@@ -309,14 +324,12 @@ def export(
     from headway.store import JobStore, StoreError
 
     check_output_file(parquet, "--parquet")
-    if parquet.is_file() and parquet.stat().st_size:
-        with parquet.open("rb") as f:
-            magic = f.read(4)
-        if magic != b"PAR1":  # an earlier export is replaced; anything else may be a log not kept elsewhere
-            fail(
-                f"--parquet {parquet}: exists and is not a Parquet file (a job log?); writing would "
-                "replace it: remove it first or give another file name"
-            )
+    if parquet.is_file() and parquet.stat().st_size and not _is_export(parquet):
+        # An earlier export is replaced; anything else may be the only copy of a job log.
+        fail(
+            f"--parquet {parquet}: exists and is not an earlier export (a job log?); writing would "
+            "replace it: remove it first or give another file name"
+        )
     try:
         with JobStore(db, read_only=True) as store:
             n = store.export_parquet(parquet)
