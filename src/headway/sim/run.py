@@ -64,8 +64,15 @@ def _floats(col: pa.ChunkedArray) -> np.ndarray:
     )
 
 
+def _codes(col: pa.ChunkedArray) -> npt.NDArray[np.int64]:
+    """Each row's value as an integer code, equal codes for equal values; -1 for a null."""
+    enc = pa.compute.dictionary_encode(col.combine_chunks() if col.num_chunks != 1 else col.chunk(0))
+    return np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
 def _objects(col: pa.ChunkedArray) -> np.ndarray:
-    return np.asarray(col.to_pylist(), dtype=object)
+    """Python objects (str, None for a null): what the engine hands to the predictor and the result."""
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=object)
 
 
 def _listed_again(t: pa.Table) -> npt.NDArray[np.bool_]:
@@ -75,6 +82,8 @@ def _listed_again(t: pa.Table) -> npt.NDArray[np.bool_]:
     out = np.zeros(n, dtype=bool)
     if n == 0:
         return out
+    if pa.compute.count_distinct(t.column("job_id"), mode="all").as_py() == n:
+        return out  # no job id twice, so no (source, job id) twice: the usual trace, without the join
     keys = pa.compute.binary_join_element_wise(
         t.column("source").cast(pa.string()), t.column("job_id").cast(pa.string()), "\x1f"
     )
@@ -120,23 +129,28 @@ def prepare(
     excluded: list[str] = []
     node_gpus = np.array([nd.gpus for nd in spec.nodes], dtype=np.int64)
     max_gpn = spec.max_node_gpus
-    ids = t.column("job_id").to_pylist()
     big = 0
     cap_total = spec.capacity_gpus
-    verdict: dict[tuple[float, int], bool] = {}
-    for i in np.flatnonzero(keep & (gpus > 0)).tolist():
-        g_i = float(gpus[i])
-        m = max_nodes_for(g_i, int(nodes[i]), max_gpn)
-        fits = verdict.get((g_i, m))
-        if fits is None:
-            fits = verdict[(g_i, m)] = g_i <= cap_total and fits_empty(node_gpus, g_i, m)
-        if not fits:
-            excluded.append(
-                f"{ids[i]}: needs {g_i:g} GPUs on at most {m} nodes, cluster has "
-                f"{cap_total} GPUs ({max_gpn} per node at most)"
-            )
-            keep[i] = False
-            big += 1
+    # One verdict per distinct (GPUs, nodes) request: a million jobs ask for a few dozen shapes.
+    asks = np.flatnonzero(keep & (gpus > 0))
+    # (GPUs, nodes) as one complex key: np.unique of a 1-D array, ten times faster than by rows.
+    shapes, shape_of = np.unique(gpus[asks] + 1j * nodes[asks], return_inverse=True)
+    too_big = np.zeros(len(shapes), dtype=bool)
+    span_of: list[int] = []
+    for s_i, (g_s, n_s) in enumerate(zip(shapes.real.tolist(), shapes.imag.tolist(), strict=True)):
+        m = max_nodes_for(g_s, int(n_s), max_gpn)
+        span_of.append(m)
+        too_big[s_i] = not (g_s <= cap_total and fits_empty(node_gpus, g_s, m))
+    if too_big.any():
+        ids = t.column("job_id").to_pylist()
+        for i, s_i in zip(asks.tolist(), shape_of.reshape(-1).tolist(), strict=True):
+            if too_big[s_i]:
+                excluded.append(
+                    f"{ids[i]}: needs {float(gpus[i]):g} GPUs on at most {span_of[s_i]} nodes, cluster has "
+                    f"{cap_total} GPUs ({max_gpn} per node at most)"
+                )
+                keep[i] = False
+                big += 1
     counts[TOO_BIG] = big
     counts = {k: v for k, v in counts.items() if v}
     idx = np.flatnonzero(keep)
@@ -176,24 +190,26 @@ def prepare(
     class_names = sorted(set(classes_raw)) or ["normal"]
     ccode = {c: i for i, c in enumerate(class_names)}
     names = tt.column("name").to_pylist()
-    groups = tt.column("group").to_pylist()
+    user_codes = np.array([ucode[u] for u in users_raw], dtype=np.int64)
     # The repeat-failure hold's key: user + job name; in a log without names (Philly), user + group, as
-    # the audit counts repeats; nothing to key on (no name, no group) means no hold.
-    nkey: dict[tuple[str, str, str | None], int] = {}
-    name_key = np.array(
-        [
-            nkey.setdefault((u, "name", nm), len(nkey))
-            if nm is not None
-            else nkey.setdefault((u, "group", gr), len(nkey))
-            if gr is not None and u != UNKNOWN_USER
-            else -1
-            for u, nm, gr in zip(users_raw, names, groups, strict=True)
-        ],
-        dtype=np.int64,
+    # the audit counts repeats; nothing to key on (no name, no group) means no hold. Keys are numbered
+    # from integer codes (a million jobs: no tuple per job); only which jobs share a key matters.
+    nm_code, gr_code = _codes(tt.column("name")), _codes(tt.column("group"))
+    width = max(int(nm_code.max(initial=0)), int(gr_code.max(initial=0))) + 1
+    by_group = (nm_code < 0) & (gr_code >= 0)
+    if UNKNOWN_USER in ucode:
+        by_group &= user_codes != ucode[UNKNOWN_USER]
+    raw_key = np.where(
+        nm_code >= 0,
+        user_codes * (2 * width) + nm_code,
+        np.where(by_group, user_codes * (2 * width) + width + gr_code, -1),
     )
+    name_key = np.full(len(raw_key), -1, dtype=np.int64)
+    keyed = raw_key >= 0
+    name_key[keyed] = np.unique(raw_key[keyed], return_inverse=True)[1].reshape(-1)
     arrays = JobArrays(
         job_id=_objects(tt.column("job_id")),
-        user=np.array([ucode[u] for u in users_raw], dtype=np.int64),
+        user=user_codes,
         group=_objects(tt.column("group")),
         name=np.asarray(names, dtype=object),
         name_key=name_key,
