@@ -151,11 +151,16 @@ _FIELDS = (
 )
 
 
+_GETTERS = tuple((f, attrgetter(f)) for f in _FIELDS)
+
+
 def _columns(jobs: Sequence[SubmittedJob]) -> dict[str, Sequence[Any]]:
-    """The jobs' fields as columns: one transpose of the named tuples, in C."""
-    if not jobs:
-        return {f: () for f in _FIELDS}
-    return dict(zip(SubmittedJob._fields, zip(*jobs, strict=True), strict=True))
+    """The jobs' fields as columns, one pass in C per field.
+
+    Not `zip(*jobs)`: that allocates an iterator per job, which the garbage collector tracks, so a batch
+    of 10k jobs ran about 14 young collections, and now and then a full one over the whole rolling state
+    (about 100 ms) inside the call."""
+    return {f: list(map(get, jobs)) for f, get in _GETTERS}
 
 
 class OnlinePredictor:
