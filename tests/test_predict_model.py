@@ -8,16 +8,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from headway.predict import model as model_module
 from headway.predict.evaluate import auc, brier, ece, evaluate, runtime_profile, split
-from headway.predict.features import build_features
+from headway.predict.features import FeatureFrame, build_features
 from headway.predict.model import (
+    _TREE,
+    PREDICT_THREADS,
     SHRINK_GRID,
     Calibration,
     ModelFileError,
     Predictor,
     TrainConfig,
     _best_shrink,
+    _corrections,
     fallback_predictions,
+    tree_input,
 )
 from headway.predict.synthetic import make_history
 
@@ -112,6 +117,28 @@ def test_models_trained_side_by_side_are_the_ones_trained_one_by_one(frame) -> N
     a, b = side.predict_frame(frame), alone.predict_frame(frame)
     for field in ("p_success", "runtime", "runtime_p90", "time_to_failure"):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+
+
+def test_a_large_batch_predicts_the_same_numbers_with_its_boosters_side_by_side(
+    frame: FeatureFrame, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The boosters of a batch of PARALLEL_ROWS rows or more run on a thread each: every number must be
+    bit for bit the one of the boosters run one after another (with OpenMP threads, as before)."""
+    model = Predictor.fit(frame, np.flatnonzero(frame.ended)[:3000], FAST)
+    assert len(model.boosters) >= 3 and len(frame) >= model_module.PARALLEL_ROWS
+    Xd = model.design(frame.X, frame.cats)
+    Xt = tree_input(Xd)
+    assert Xt.flags["C_CONTIGUOUS"] and Xt.tobytes() == np.ascontiguousarray(Xd[:, _TREE]).tobytes()
+    side = _corrections(model.boosters, Xt)
+    for key, booster in model.boosters.items():
+        for threads in (1, PREDICT_THREADS):
+            alone = booster.predict(Xt, raw_score=True, num_threads=threads)
+            assert side[key].tobytes() == alone.tobytes()
+    fast = model.predict_design(Xd, frame.time_limit)
+    monkeypatch.setattr(model_module, "PARALLEL_ROWS", len(frame) + 1)  # one after another
+    slow = model.predict_design(Xd, frame.time_limit)
+    for field in ("p_success", "runtime", "runtime_p90", "time_to_failure"):
+        assert getattr(fast, field).tobytes() == getattr(slow, field).tobytes()
 
 
 def test_bad_model_files_give_one_clear_error(tmp_path: Path) -> None:

@@ -54,8 +54,12 @@ _TREE = np.array([_COL[f] for f in TREE_FEATURES], dtype=np.intp)
 
 
 def tree_input(Xd: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """The trees' columns of a design matrix, as one C-contiguous float64 block (LightGBM's fast path)."""
-    return np.ascontiguousarray(Xd[:, _TREE])
+    """The trees' columns of a design matrix, as one C-contiguous float64 block (LightGBM's fast path).
+
+    `take` along the columns writes the rows in order; `Xd[:, _TREE]` came out in column order and its
+    copy to rows took 2.6 ms of a 10k-job batch against 0.4 ms."""
+    out: npt.NDArray[np.float64] = np.ascontiguousarray(np.take(Xd, _TREE, axis=1), dtype=np.float64)
+    return out
 
 
 class ModelFileError(ValueError):
@@ -340,15 +344,61 @@ def pick_runtime_start(
 
 
 PREDICT_THREADS = min(os.cpu_count() or 1, 4)
+PARALLEL_ROWS = 4096  # from this many rows a batch's boosters run side by side (fewer: one thread)
 
 
 def _threads(rows: int) -> int:
-    """One thread for the few rows of an arrival (thread hand-offs cost more than the trees); up to 4 for
-    a large batch, which splits by rows with one hand-off. Measured on a 2-core machine, 10k rows through
-    the three boosters in separate processes: 2 threads took 35-38 ms against 64-72 ms for 1 when idle,
-    72-81 ms against 70-74 ms beside one busy process, 82-84 ms against 123 ms beside two. (Training keeps
-    its own setting: there 2 threads were up to 9x slower than 1 on the loaded machine.)"""
-    return 1 if rows < 4096 else PREDICT_THREADS
+    """LightGBM threads for one booster (`uncalibrated`): one for the few rows of an arrival (thread
+    hand-offs cost more than the trees), up to 4 for a large batch. Measured on a 2-core machine, 10k rows
+    through the three boosters in separate processes: 2 threads took 35-38 ms against 64-72 ms for 1 when
+    idle, 72-81 ms against 70-74 ms beside one busy process, 82-84 ms against 123 ms beside two. (Training
+    keeps its own setting: there 2 threads were up to 9x slower than 1 on the loaded machine.)"""
+    return 1 if rows < PARALLEL_ROWS else PREDICT_THREADS
+
+
+def _corrections(boosters: dict[str, Any], Xt: npt.NDArray[np.float64]) -> dict[str, npt.NDArray[np.float64]]:
+    """Each booster's raw output for the rows of `Xt`, the boosters of a large batch side by side.
+
+    Each booster runs single-threaded on one thread of its own (LightGBM releases the GIL), instead of
+    one after another with OpenMP threads splitting the rows: OpenMP's workers spin at the end of each
+    booster waiting for the slowest, so beside a busy process 2 OpenMP threads were slower than 1
+    (10k rows, 2 cores: 16 ms against 9 ms for the largest booster), while a thread per booster only
+    blocks. A booster's rows are computed the same way whatever the thread count (each row is summed
+    over the trees in order), so the numbers are the same; no booster is used by two threads at once."""
+    keys = list(boosters)
+    workers = min(len(keys), PREDICT_THREADS)
+    if workers <= 1 or len(Xt) < PARALLEL_ROWS:
+        nt = _threads(len(Xt))
+        return {k: boosters[k].predict(Xt, raw_score=True, num_threads=nt) for k in keys}
+    # Longest first onto the least loaded thread, the trees' count standing for the work.
+    bins: list[list[str]] = [[] for _ in range(workers)]
+    load = [0] * workers
+    for k in sorted(keys, key=lambda k: -boosters[k].num_trees()):
+        i = load.index(min(load))
+        bins[i].append(k)
+        load[i] += max(1, boosters[k].num_trees())
+    out: dict[str, npt.NDArray[np.float64]] = {}
+    errors: list[BaseException] = []
+
+    def run(part: list[str]) -> None:
+        try:
+            for k in part:
+                out[k] = boosters[k].predict(Xt, raw_score=True, num_threads=1)
+        except BaseException as e:  # re-raised on the calling thread
+            errors.append(e)
+
+    import threading
+
+    # Threads per call, not a pool: a pool's threads would not survive a fork of the process.
+    threads = [threading.Thread(target=run, args=(part,), name="headway-predict") for part in bins[1:]]
+    for t in threads:
+        t.start()
+    run(bins[0])
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return {k: out[k] for k in keys}
 
 
 SHRINK_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -595,13 +645,12 @@ class Predictor:
             self.meta.get("prior", "all"),
         )
         b = self.boosters
-        Xt = tree_input(Xd) if b else Xd
+        corrs = _corrections(b, tree_input(Xd)) if b else {}
         shrink = self.meta.get("shrink", {})
 
         def raw(key: str, fallback: str) -> npt.NDArray[np.float64]:
             if key in b:
-                corr = b[key].predict(Xt, raw_score=True, num_threads=_threads(len(Xd)))
-                out: npt.NDArray[np.float64] = shrink.get(key, 1.0) * corr + off[OFFSET_OF[key]]
+                out: npt.NDArray[np.float64] = shrink.get(key, 1.0) * corrs[key] + off[OFFSET_OF[key]]
                 return out
             return off[fallback]
 
