@@ -692,3 +692,29 @@ def test_logs_json_streams_a_log_larger_than_a_chunk_with_characters_split_betwe
     doc = json.loads(res.stdout)
     assert doc["id"] == jid and doc["stream"] == "out" and doc["state"] == "COMPLETED"
     assert doc["text"] == body + "\ufffd end"
+
+
+def test_jobs_start_with_default_signal_dispositions(start_daemon: Callable[..., DaemonProc]) -> None:
+    """The supervisor ignores SIGINT and SIGHUP (and a daemon started in the background by a shell
+    ignores SIGINT and SIGQUIT); jobs inherited those ignored signals, so a Python job never saw a
+    KeyboardInterrupt and `kill -INT` or `kill -HUP` of a job did nothing. Jobs start with none ignored."""
+    script = "grep SigIgn /proc/self/status; sleep 30"
+    # The daemon ignores SIGQUIT here, as one started with `&` from a script does.
+    old = signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+    try:
+        d = start_daemon(gpus="1")
+    finally:
+        signal.signal(signal.SIGQUIT, old)
+    jid = d.submit(["sh", "-c", script], name="sigs")
+    wait_until(lambda: _log(d, jid).startswith("SigIgn"), 30, "the job to report its signals")
+    assert int(_log(d, jid).split()[1], 16) == 0, _log(d, jid)
+    job = next(j for j in d.ask({"op": "queue"})["jobs"] if j["id"] == jid)
+    assert job["state"] == "RUNNING"
+    rdir = d.state_dir / "runs" / f"{jid}.0"
+    from headway.local import runs
+
+    pgid = int(json.loads((rdir / runs.JOB).read_text())["pgid"])
+    os.killpg(pgid, signal.SIGINT)
+    wait_until(_ended(d, [jid]), 20, "the interrupted job to end")
+    h = _history(d)[jid]
+    assert (h["state"], h["exit_code"]) == ("FAILED", 128 + signal.SIGINT)

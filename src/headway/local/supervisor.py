@@ -35,6 +35,17 @@ def _on_term(signum: int, frame: FrameType | None) -> None:
     _cancel = True
 
 
+def _ignored(signum: int, frame: FrameType | None) -> None:
+    """Stands in for SIG_IGN in the supervisor: a handler, unlike SIG_IGN, is reset to the default when
+    the job's command is exec'd, so the job does not inherit the supervisor's indifference."""
+
+
+# Signals the supervisor must survive, and that a daemon started in the background by a shell (or under
+# nohup) passes down ignored. Jobs get them at their defaults, as from a login shell: a Python job's
+# Ctrl-C handling works and `kill -INT`/`-HUP`/`-QUIT` stops a job.
+IGNORED_HERE = (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+
+
 def _open_log(path: str, uid: int, gid: int) -> int:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     if os.getuid() == 0 and uid != 0:
@@ -218,8 +229,8 @@ def _run(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _on_term)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    for sig in IGNORED_HERE:  # not SIG_IGN: that would be inherited by the job
+        signal.signal(sig, _ignored)
     rdir = Path(argv[1])
     spec = runs.read_json(rdir / runs.SPEC)
     if spec is None:
