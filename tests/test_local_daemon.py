@@ -718,3 +718,25 @@ def test_jobs_start_with_default_signal_dispositions(start_daemon: Callable[...,
     wait_until(_ended(d, [jid]), 20, "the interrupted job to end")
     h = _history(d)[jid]
     assert (h["state"], h["exit_code"]) == ("FAILED", 128 + signal.SIGINT)
+
+
+def test_a_job_submitted_from_a_directory_whose_name_is_not_utf8_runs_there(
+    start_daemon: Callable[..., DaemonProc], tmp_path: Path
+) -> None:
+    """A directory named in Latin-1 (caf\\xe9) reached SQLite as a str with a lone surrogate, and the
+    submit failed with 'internal error: ... surrogates not allowed' (and a traceback in the log)."""
+    d = start_daemon(gpus="1")
+    raw = os.fsencode(tmp_path) + b"/caf\xe9"
+    os.mkdir(raw)
+    res = cli("submit", "--json", "--", "sh", "-c", "pwd -P", state_dir=d.state_dir, cwd=os.fsdecode(raw))
+    assert res.returncode == 0, res.stderr
+    jid = json.loads(res.stdout)["id"]
+    wait_until(_ended(d, [jid]), 20, "the job")
+    h = _history(d)[jid]
+    assert h["state"] == "COMPLETED" and h["cwd"] == os.fsdecode(raw)
+    r = d.ask({"op": "logs", "id": jid, "stream": "out", "offset": 0})
+    assert base64.b64decode(r["data"]) == raw + b"\n"
+    for verb in (["queue", "--all"], ["history", "--json"], ["why", str(jid), "--json"]):
+        shown = cli(*verb, state_dir=d.state_dir)
+        assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    assert json.loads(cli("history", "--json", state_dir=d.state_dir).stdout)[0]["cwd"] == os.fsdecode(raw)

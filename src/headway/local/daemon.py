@@ -52,7 +52,7 @@ from headway.local.core import (
     Terminate,
     Tick,
 )
-from headway.local.db import StateDB
+from headway.local.db import StateDB, path_of, path_value
 from headway.local.paths import (
     DAEMON_LOCK,
     DAEMON_LOG,
@@ -377,7 +377,7 @@ class Daemon:
             "job_id": ins.job_id,
             "attempt": ins.attempt,
             "argv": json.loads(row["argv"]),
-            "cwd": row["cwd"],
+            "cwd": path_of(row["cwd"]),
             "env": env,
             "uid": row["uid"],
             "gid": row["gid"],
@@ -804,7 +804,7 @@ class Daemon:
                         "groups": json.dumps(groups),
                         "name": name,
                         "argv": json.dumps(argv),
-                        "cwd": cwd,
+                        "cwd": path_value(cwd),
                         "env": json.dumps(env),
                         "gpus": gpus,
                         "time_limit": float(limit) if limit is not None else None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -227,6 +228,21 @@ def _mutable_row(j: LocalJob) -> tuple[Any, ...]:
         j.pred_ttf,
         j.id,
     )
+
+
+def path_value(path: str) -> str | bytes:
+    """A path as SQLite can store it: text, or its bytes (a BLOB) when its name is not UTF-8 (a directory
+    named in Latin-1 arrives as a str with lone surrogates, which SQLite's text cannot hold)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(path)
+    return path
+
+
+def path_of(value: str | bytes) -> str:
+    """The path `path_value` stored, as Python names it (undecodable bytes as surrogates)."""
+    return os.fsdecode(value) if isinstance(value, bytes) else value
 
 
 def parse_ids(text: str) -> tuple[int, ...]:

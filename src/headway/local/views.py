@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from headway.local.core import TOO_BIG, JobState, LocalJob, Plan, QueueCore, RankEntry
-from headway.local.db import StateDB, parse_ids
+from headway.local.db import StateDB, parse_ids, path_of
 
 RECENT_SECONDS = 24 * 3600  # `queue --all` also lists jobs that ended this recently
 
@@ -57,7 +57,7 @@ def job_dict(r: sqlite3.Row | dict[str, Any], job: LocalJob | None = None) -> di
         "p_success": d["p_success"],
         "pred_runtime": d["pred_runtime"],
         "command": json.loads(d["argv"]),
-        "cwd": d["cwd"],
+        "cwd": path_of(d["cwd"]),
         # epoch seconds too, so clients can compute elapsed times without parsing
         "submit_ts": d["submit_time"],
         "start_ts": d["start_time"],
