@@ -740,3 +740,26 @@ def test_a_job_submitted_from_a_directory_whose_name_is_not_utf8_runs_there(
         shown = cli(*verb, state_dir=d.state_dir)
         assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
     assert json.loads(cli("history", "--json", state_dir=d.state_dir).stdout)[0]["cwd"] == os.fsdecode(raw)
+
+
+def test_a_state_dir_too_deep_for_a_unix_socket_path_still_works(
+    start_daemon: Callable[..., DaemonProc], tmp_path: Path
+) -> None:
+    """A socket's path holds at most 107 bytes: a daemon whose state dir was deeper died at start with a
+    traceback ('OSError: AF_UNIX path too long') and clients said 'talking to the daemon ...: AF_UNIX
+    path too long'."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "state"
+    assert len(str(deep / "headway.sock")) > 108
+    d = start_daemon(gpus="1", state_dir=deep)
+    res = cli("submit", "--json", "--", "echo", "deep", state_dir=deep)
+    assert res.returncode == 0, res.stderr
+    jid = json.loads(res.stdout)["id"]
+    wait_until(_ended(d, [jid]), 20, "the job")
+    assert _log(d, jid) == "deep\n"
+    q = cli("queue", state_dir=deep)
+    assert q.returncode == 0 and "0 running" in q.stdout, q.stderr
+    d.kill(signal.SIGTERM)
+    gone = cli("queue", state_dir=deep)
+    assert gone.returncode == 1 and "no headway daemon" in gone.stderr, gone.stderr
+    nowhere = cli("queue", state_dir=tmp_path / ("x" * 120))  # no such directory at all
+    assert nowhere.returncode == 1 and "no headway daemon" in nowhere.stderr, nowhere.stderr

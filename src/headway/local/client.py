@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from headway.local.paths import socket_path
+from headway.local.paths import socket_address, socket_path
 
 MAX_LINE = 64 * 1024 * 1024
 
@@ -28,8 +28,9 @@ def request(state_dir: Path, msg: dict[str, Any], timeout: float = 60.0) -> dict
     s.settimeout(timeout)
     try:
         try:
-            s.connect(str(path))
-        except (FileNotFoundError, ConnectionRefusedError):
+            with socket_address(path) as address:
+                s.connect(address)
+        except (FileNotFoundError, NotADirectoryError, ConnectionRefusedError):
             raise DaemonUnreachable(
                 f"no headway daemon at {path} (start one with `headway daemon`, or pass --state-dir)"
             ) from None

@@ -60,6 +60,7 @@ from headway.local.paths import (
     MODEL_FILE,
     STATE_DB,
     log_paths,
+    socket_address,
     socket_path,
 )
 from headway.local.views import JobViews
@@ -659,7 +660,8 @@ class Daemon:
         path = socket_path(self.state_dir)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # a stale socket of a dead daemon (we hold the state dir's lock)
-        server = await asyncio.start_unix_server(self._client, path=str(path), limit=MAX_REQUEST)
+        with socket_address(path) as address:  # a deep state dir's path is too long to bind as it is
+            server = await asyncio.start_unix_server(self._client, path=address, limit=MAX_REQUEST)
         os.chmod(path, 0o666)  # anyone may connect; SO_PEERCRED decides what they may do
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

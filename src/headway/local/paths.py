@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ENV_VAR = "HEADWAY_STATE_DIR"
@@ -34,3 +36,21 @@ def log_paths(state_dir: Path, job_id: int) -> tuple[Path, Path]:
     """The job's stdout and stderr files."""
     d = state_dir / "logs"
     return d / f"{job_id}.out", d / f"{job_id}.err"
+
+
+SUN_PATH_MAX = 107  # bytes a Unix socket's path may have (sockaddr_un.sun_path, less its NUL)
+
+
+@contextmanager
+def socket_address(path: Path) -> Iterator[str]:
+    """A name for binding or connecting to the socket at `path`: the path itself, or, when it is too long
+    for a socket address (a deep state dir), the same file reached through a descriptor of its directory
+    (`/proc/self/fd/N/headway.sock`, Linux). Raises OSError when the directory cannot be opened."""
+    if len(os.fsencode(path)) <= SUN_PATH_MAX:
+        yield str(path)
+        return
+    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
