@@ -180,3 +180,23 @@ def test_a_restart_with_a_model_file_whose_boosters_are_damaged_starts_from_the_
     path.write_text(json.dumps(doc))
     restarted = build_predictor(store, model=path)
     assert restarted.model is None
+
+
+def test_why_tells_a_held_job_that_it_is_held_for_repeat_failures_and_its_score(
+    start_daemon: Callable[..., DaemonProc],
+) -> None:
+    """`why` cut the policy's words at the first ' (': a held job read 'tier and score: held', without
+    'repeat failures' or its score (a starved one likewise read just 'starved')."""
+    d = start_daemon(gpus="1")
+    failed = [d.submit(["false"], name="flaky") for _ in range(3)]
+    ended = lambda: {j["id"] for j in d.ask({"op": "history", "limit": 10})["jobs"]}  # noqa: E731
+    wait_until(lambda: ended() >= set(failed), 20, "the 3 failures")
+    d.submit(["sleep", "60"], name="blocker")
+    held = d.submit(["false"], name="flaky")
+    d.submit(["true"], name="other")
+    wait_until(lambda: d.ask({"op": "why", "id": held}).get("rank") == 2, 20, "the ranking")
+    w = d.ask({"op": "why", "id": held})
+    assert w["job"]["reason"] == "Held"
+    text = "\n".join(w["explanation"])
+    assert "tier and score: held (repeat failures); score " in text, text
+    assert "failed 3 times in a row" in text, text

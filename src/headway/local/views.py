@@ -167,6 +167,13 @@ class JobViews:
         if plan is None or entry is None:
             lines.append("not ranked yet (the next scheduling pass will rank it)")
             return out
+        if job is not None and job.reason == "Held":
+            book = getattr(self.core.planner, "book", None)
+            streak = book.fail_streak(job.user, job.name) if book is not None else 0
+            lines.append(
+                f"held: {job.user}'s jobs named {job.name!r} failed {streak} times in a row with no success "
+                "since; it is ranked after the jobs that are not held until one of those completes"
+            )
         n = len(plan.ranking)
         out.update(
             rank=entry.rank, of=n, score=entry.score, factors=dict(entry.factors), policy_reason=entry.reason
@@ -235,7 +242,12 @@ def factor_words(entry: RankEntry) -> list[str]:
     """The policy's tier and score, then each factor as a phrase (unknown ones as name = value)."""
     lines = []
     if entry.reason:
-        lines.append(f"tier and score: {entry.reason.split(' (')[0]}")
+        # "TIER; score S (FACTORS)": the factors follow as phrases. Only that last part goes: a tier's name
+        # has words in parentheses of its own ("held (repeat failures)").
+        words = entry.reason
+        if words.endswith(")") and "; score " in words:
+            words = words.rsplit(" (", 1)[0]
+        lines.append(f"tier and score: {words}")
     for k, v in entry.factors.items():
         if v != v:  # NaN: not used by this policy
             continue
