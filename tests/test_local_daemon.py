@@ -763,3 +763,17 @@ def test_a_state_dir_too_deep_for_a_unix_socket_path_still_works(
     assert gone.returncode == 1 and "no headway daemon" in gone.stderr, gone.stderr
     nowhere = cli("queue", state_dir=tmp_path / ("x" * 120))  # no such directory at all
     assert nowhere.returncode == 1 and "no headway daemon" in nowhere.stderr, nowhere.stderr
+
+
+def test_why_names_a_running_jobs_gpus_as_queue_and_history_do(
+    start_daemon: Callable[..., DaemonProc],
+) -> None:
+    """`why` of a running job printed its GPUs as a Python list ('on GPUs [0, 1]'), where queue, history
+    and the daemon's log write 0,1; a CPU-only job read 'on GPUs []'."""
+    d = start_daemon(gpus="2")
+    two = d.submit(["sleep", "30"], gpus=2)
+    cpu = d.submit(["sleep", "30"], gpus=0)
+    running = lambda: {j["id"] for j in d.ask({"op": "queue"})["jobs"] if j["state"] == "RUNNING"}  # noqa: E731
+    wait_until(lambda: running() == {two, cpu}, 20, "both jobs to run")
+    assert "on GPUs 0,1" in cli("why", str(two), state_dir=d.state_dir).stdout
+    assert "on no GPU" in cli("why", str(cpu), state_dir=d.state_dir).stdout

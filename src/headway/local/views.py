@@ -126,7 +126,8 @@ class JobViews:
         if state is JobState.PENDING:
             out.update(self._why_pending(job_id, job, plan, now, lines))
         elif state in (JobState.LAUNCHING, JobState.RUNNING):
-            lines.append(f"running since {d['start_time'] or 'just now'} on GPUs {d['gpu_ids']}")
+            gpus = f"GPUs {','.join(map(str, d['gpu_ids']))}" if d["gpu_ids"] else "no GPU"
+            lines.append(f"running since {d['start_time'] or 'just now'} on {gpus}")
             out.update(self._why_started(row, lines))
         else:
             lines.append(
