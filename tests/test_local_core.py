@@ -224,6 +224,10 @@ def test_gpu_specs_give_logical_listed_or_detected_gpus() -> None:
     for bad in ("two", "1,1", "-1,2", "", "1000000", "5,1000000"):
         with pytest.raises(GpuSpecError):
             resolve_gpus(bad)
+    # Characters Python calls digits that int() refuses (a superscript two) were a traceback at start.
+    for odd in ("\u00b2", "1,\u00b2"):
+        with pytest.raises(GpuSpecError):
+            resolve_gpus(odd)
     auto = resolve_gpus("auto")  # NVML where present; on a machine without a driver, none and a note why
     assert auto.source == "nvml" and (auto.ids or auto.note)
 

@@ -46,12 +46,14 @@ def resolve_gpus(spec: str) -> GpuInventory:
     if spec == "auto":
         names, note = nvml_gpus()
         return GpuInventory(tuple(range(len(names))), tuple(names), "nvml", note)
-    if spec.isdigit():
+    if spec.isascii() and spec.isdigit():  # not "²", which isdigit() takes and int() refuses
         n = int(spec)
         if n > MAX_GPUS:
             raise GpuSpecError(f"--gpus {spec}: more than {MAX_GPUS:,} GPUs on one server is no server")
         return GpuInventory(tuple(range(n)), ("logical",) * n, "logical")
     try:
+        if not spec.isascii():
+            raise ValueError(spec)
         ids = tuple(int(p) for p in spec.split(",") if p.strip() != "")
     except ValueError:
         raise GpuSpecError(
