@@ -125,6 +125,21 @@ def test_a_wheel_built_for_a_fresh_environment_compiles_the_simulator(tmp_path: 
         assert [n for n in names if n.startswith(stem + ".") and n.endswith(".so")], (mod, names)
 
 
+def _wheel(src: Path, out: Path, env: dict[str, str]) -> tuple[Path, str]:
+    """`pip wheel` of the copy at `src` into `out`: the wheel, and what pip -v printed."""
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(out), "."],
+        cwd=src,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    (wheel,) = out.glob("headway-*.whl")
+    return wheel, res.stdout + res.stderr
+
+
 @pytest.mark.slow
 def test_a_build_with_no_working_c_compiler_installs_plain_python(tmp_path: Path) -> None:
     if EXPECT_NATIVE:
@@ -133,17 +148,8 @@ def test_a_build_with_no_working_c_compiler_installs_plain_python(tmp_path: Path
         pytest.skip("no C compiler here: the failing-compiler case is the machine itself")
     src = _copy_of_the_repo(tmp_path)
     env = {**os.environ, "CC": "false", "LDSHARED": "false"}  # every compile and link fails
-    out = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path), "."],
-        cwd=src,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "no working C compiler" in out.stdout + out.stderr  # pip -v shows the build's output
-    (wheel,) = tmp_path.glob("headway-*.whl")
+    wheel, said = _wheel(src, tmp_path, env)
+    assert "no working C compiler" in said  # pip -v shows the build's output
     assert wheel.name.endswith("-py3-none-any.whl")  # tagged as what it is: plain Python
     names = zipfile.ZipFile(wheel).namelist()
     assert not [n for n in names if n.endswith(".so")], names
@@ -160,17 +166,7 @@ def test_a_second_build_in_the_same_checkout_ships_only_what_the_sources_hold_no
     env = {**os.environ, "HEADWAY_PURE": "1"}  # plain Python: the stale files below are the only .so
 
     def wheel(out: Path) -> list[str]:
-        res = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), "."],
-            cwd=src,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert res.returncode == 0, res.stderr[-3000:]
-        (whl,) = out.glob("headway-*.whl")
-        return zipfile.ZipFile(whl).namelist()
+        return zipfile.ZipFile(_wheel(src, out, env)[0]).namelist()
 
     gone = src / "src" / "headway" / "gone_since.py"
     gone.write_text("X = 1\n")
