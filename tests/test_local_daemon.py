@@ -777,3 +777,18 @@ def test_why_names_a_running_jobs_gpus_as_queue_and_history_do(
     wait_until(lambda: running() == {two, cpu}, 20, "both jobs to run")
     assert "on GPUs 0,1" in cli("why", str(two), state_dir=d.state_dir).stdout
     assert "on no GPU" in cli("why", str(cpu), state_dir=d.state_dir).stdout
+
+
+def test_jobs_start_with_no_signal_ignored_whatever_the_daemon_was_started_ignoring(
+    start_daemon: Callable[..., DaemonProc],
+) -> None:
+    """Only SIGINT, SIGHUP and SIGQUIT were given back to jobs: a daemon started ignoring another signal
+    (`trap '' USR1` in its start script, say) passed it down ignored, though jobs start with none."""
+    old = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    try:
+        d = start_daemon(gpus="1")
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    jid = d.submit(["sh", "-c", "grep SigIgn /proc/self/status"], name="sigs")
+    wait_until(_ended(d, [jid]), 20, "the job")
+    assert int(_log(d, jid).split()[1], 16) == 0, _log(d, jid)

@@ -46,6 +46,19 @@ def _ignored(signum: int, frame: FrameType | None) -> None:
 IGNORED_HERE = (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
+def _unignore_signals() -> None:
+    """The signals above, and any other that this process was started ignoring (inherited from whatever
+    started the daemon, `trap '' USR1` say), go to `_ignored`: survived here, at their default in the job."""
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):
+            continue
+        try:
+            if sig in IGNORED_HERE or signal.getsignal(sig) == signal.SIG_IGN:
+                signal.signal(sig, _ignored)
+        except (OSError, ValueError):  # a signal Python may not handle (the C library's own)
+            continue
+
+
 def _open_log(path: str, uid: int, gid: int) -> int:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     if os.getuid() == 0 and uid != 0:
@@ -229,8 +242,7 @@ def _run(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _on_term)
-    for sig in IGNORED_HERE:  # not SIG_IGN: that would be inherited by the job
-        signal.signal(sig, _ignored)
+    _unignore_signals()  # not SIG_IGN: that would be inherited by the job
     rdir = Path(argv[1])
     spec = runs.read_json(rdir / runs.SPEC)
     if spec is None:
