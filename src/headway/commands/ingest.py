@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -324,6 +325,8 @@ def export(
     from headway.store import JobStore, StoreError
 
     check_output_file(parquet, "--parquet")
+    if parquet.is_file() and parquet.stat().st_size and not os.access(parquet, os.R_OK):
+        fail(f"--parquet {parquet}: exists and cannot be read to tell whether it is an earlier export")
     if parquet.is_file() and parquet.stat().st_size and not _is_export(parquet):
         # An earlier export is replaced; anything else may be the only copy of a job log.
         fail(
