@@ -473,3 +473,16 @@ def test_audit_json_is_identical_run_after_run_on_a_store_read_in_parallel(tmp_p
         first = json.dumps(audit_report(store.con), sort_keys=True, default=str)
         for _ in range(4):
             assert json.dumps(audit_report(store.con), sort_keys=True, default=str) == first
+
+
+def test_a_log_without_users_counts_them_as_unknown_not_as_zero(tmp_path: Path) -> None:
+    db = store_with(tmp_path, [job("1", State.COMPLETED, user=None), job("2", State.FAILED, user=None)])
+    r = report_of(db)
+    assert r["totals"]["users"] is None
+    from rich.console import Console
+
+    con = Console(record=True, width=100)
+    render_terminal(r, con)
+    assert "0 users" not in con.export_text()
+    empty = report_of(db, since=T0 + 52 * 7 * 24 * HOUR)
+    assert empty["totals"]["jobs"] == 0 and empty["totals"]["users"] == 0

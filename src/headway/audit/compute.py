@@ -195,7 +195,8 @@ def _totals(q: _Q, price: float) -> dict[str, Any]:
             "audited_jobs": scope_jobs,
             "ended_jobs": ended_jobs,
             "ended_gpu_hours": ended_gh,
-            "users": int(users),
+            # a log without users (Alibaba, sacct --json without associations) has an unknown number
+            "users": int(users) if users or not jobs else None,
             "first_submit": _iso(first),
             "last_submit": _iso(last),
         },

@@ -104,9 +104,9 @@ def render_terminal(report: dict[str, Any], console: Console) -> None:
     console.print(f"[bold]headway audit[/]: jobs{of} submitted {span}, auditing {scope}")
     console.print(f"{t['jobs']:,} jobs, {t['gpu_jobs']:,} GPU jobs, {gh(t['gpu_hours'])} GPU-hours", end="")
     if t["first_submit"]:
-        console.print(
-            f" · submitted {t['first_submit'][:10]} .. {t['last_submit'][:10]} · {t['users']:,} users", end=""
-        )
+        console.print(f" · submitted {t['first_submit'][:10]} .. {t['last_submit'][:10]}", end="")
+        if t["users"] is not None:
+            console.print(f" · {t['users']:,} users", end="")
     console.print()
     for n in report["notes"]:
         console.print(f"[yellow]note:[/] {safe_escape(n)}")  # notes name sources: plain text
