@@ -486,3 +486,12 @@ def test_a_log_without_users_counts_them_as_unknown_not_as_zero(tmp_path: Path) 
     assert "0 users" not in con.export_text()
     empty = report_of(db, since=T0 + 52 * 7 * 24 * HOUR)
     assert empty["totals"]["jobs"] == 0 and empty["totals"]["users"] == 0
+
+
+def test_a_change_in_gpu_hours_is_rounded_like_the_figures_it_compares() -> None:
+    from headway.audit.render import _change, gh
+
+    # period 0.05 against vs 0.00 must not read "+0.1", nor a tiny drop "-0.0"
+    assert _change("hours", 0.0514) == "+" + gh(0.0514) == "+0.05"
+    assert _change("hours", -0.0033) == "-0.00"
+    assert _change("hours", 38_828.2) == "+38,828" and _change("hours", -42.34) == "-42.3"

@@ -71,8 +71,8 @@ def _change(kind: str, x: float | None) -> str:
         return f"{x * 100:+.1f} pts"
     if kind == "seconds":
         return ("+" if x >= 0 else "") + dur(x)
-    if kind == "hours":
-        return f"{x:+,.1f}" if abs(x) < 100 else f"{x:+,.0f}"
+    if kind == "hours":  # the rounding of gh(), which shows the two figures compared
+        return ("+" if x >= 0 else "-") + gh(abs(x))
     if kind == "usd":
         return ("+" if x >= 0 else "-") + usd(abs(x))
     return f"{x:+,.0f}"
