@@ -203,6 +203,19 @@ def test_without_time_limits_the_audit_says_so_instead_of_printing_zeros(tmp_pat
     assert "no time limits in this data" in text and "0 jobs hit their time limit" not in text
 
 
+def test_one_timeout_reads_in_the_singular_in_the_terminal_and_the_page(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from headway.audit.html import render_html
+
+    jobs = [job("1", State.TIMEOUT, limit_s=3600), job("2", State.COMPLETED, limit_s=7200)]
+    r = report_of(store_with(tmp_path, jobs))
+    con = Console(record=True, width=120)
+    render_terminal(r, con)
+    assert "Timeouts: 1 job hit its time limit" in con.export_text()
+    assert "1 job hit its time limit:" in render_html(r)
+
+
 def test_grouping_by_a_field_the_data_lacks_says_so_and_names_one_it_has(tmp_path: Path) -> None:
     db = store_with(tmp_path, [job("1", State.COMPLETED, name=None), job("2", State.FAILED, name=None)])
     by_name, by_user = report_of(db, by="name"), report_of(db, by="user")

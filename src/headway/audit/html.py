@@ -14,6 +14,7 @@ from typing import Any
 from headway.atomic import replaced_atomically
 from headway.audit.compute import BY_TITLES
 from headway.audit.render import WEEKS_SHOWN, _change, _fmt, dur, gh, pct, usd
+from headway.console import count
 from headway.schema import OUTCOME_OF, Outcome, State
 
 CHART_IDS: tuple[str, ...] = (
@@ -411,7 +412,8 @@ def render_html(r: dict[str, Any]) -> str:
             parts.append("<p>No time limits in this data, so neither can be measured.</p>")
         else:
             parts.append(
-                f"<p>{to['jobs']:,} jobs hit their time limit: {_e(gh(to['gpu_hours']))} GPU-hours.</p>"
+                f"<p>{count(to['jobs'], 'job')} hit {'its' if to['jobs'] == 1 else 'their'} time limit: "
+                f"{_e(gh(to['gpu_hours']))} GPU-hours.</p>"
             )
             if oa is None:
                 parts.append("<p>No time limits in this data, so over-asking cannot be measured.</p>")

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from headway.audit.compute import BY_TITLES
-from headway.console import plain, print_table, safe_escape
+from headway.console import count, plain, print_table, safe_escape
 from headway.schema import OUTCOME_OF, State
 
 WEEKS_SHOWN = 26
@@ -256,8 +256,9 @@ def _timeouts(r: dict[str, Any], console: Console) -> None:
     if not to["time_limits_known"] and to["jobs"] == 0:
         console.print("Timeouts and over-asking: no time limits in this data, so neither can be measured.")
         return
+    its = "its" if to["jobs"] == 1 else "their"
     console.print(
-        f"Timeouts: {to['jobs']:,} jobs hit their time limit, {gh(to['gpu_hours'])} GPU-hours "
+        f"Timeouts: {count(to['jobs'], 'job')} hit {its} time limit, {gh(to['gpu_hours'])} GPU-hours "
         f"({pct(to['share_of_wasted_gpu_hours'])} of the waste)"
     )
     oa = to["over_asking"]
