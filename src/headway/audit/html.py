@@ -114,7 +114,7 @@ def _figures(r: dict[str, Any]) -> dict[str, Any]:
             marker_color=[COLORS[c] for c in cls],
             text=[pct(r["by_state"][s]["share_gpu_hours"]) for s in states],
             customdata=cls,
-            hovertemplate="%{x} (%{customdata}): %{y:,.0f} GPU-hours<extra></extra>",
+            hovertemplate="%{x} (%{customdata}): %{y:,.2~f} GPU-hours<extra></extra>",
         ),
         layout={
             **layout,
@@ -197,7 +197,7 @@ def _figures(r: dict[str, Any]) -> dict[str, Any]:
             orientation="h",
             marker_color=COLORS["waste"],
             text=[f"done {pct(t['completion_rate']['by_count'])}" for t in top],
-            hovertemplate="%{y}: %{x:,.0f} wasted GPU-hours, %{text}<extra></extra>",
+            hovertemplate="%{y}: %{x:,.2~f} wasted GPU-hours, %{text}<extra></extra>",
         ),
         layout={
             **layout,
