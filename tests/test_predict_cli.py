@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -294,21 +296,28 @@ def test_a_short_limit_kept_by_the_five_minute_floor_says_so(
     assert "suggested 5m (the shortest suggested; the p90 runtime + 25% is" in unasked
 
 
+def _train_with_states(tmp_path: Path, states: Callable[[list[Any]], list[str]]) -> str:
+    """`predict train` on 600 generated jobs whose states `states` gives from their submit times; its
+    output on one line."""
+    import pyarrow as pa
+
+    t = make_history(600, seed=4, users=5, days=4)
+    state = states(t.column("submit_time").to_pylist())
+    t = t.set_column(t.schema.get_field_index("state"), "state", pa.array(state))
+    path = tmp_path / "h.duckdb"
+    with JobStore(path) as store:
+        store.upsert(t)
+    res = runner.invoke(app, ["predict", "train", "--db", str(path), "--out", str(tmp_path / "m.json")])
+    assert res.exit_code == 0, res.output
+    return " ".join(res.stdout.split())
+
+
 def test_train_on_a_store_where_every_job_completed_says_so_instead_of_too_few_examples(
     tmp_path: Path,
 ) -> None:
     """600 completed jobs trained no completion model and the output blamed "too few examples for
     p_success"; the reason is that there is no failure to tell apart."""
-    import pyarrow as pa
-
-    path = tmp_path / "ok.duckdb"
-    t = make_history(600, seed=4, users=5, days=4)
-    t = t.set_column(t.schema.get_field_index("state"), "state", pa.array(["COMPLETED"] * t.num_rows))
-    with JobStore(path) as store:
-        store.upsert(t)
-    res = runner.invoke(app, ["predict", "train", "--db", str(path), "--out", str(tmp_path / "m.json")])
-    assert res.exit_code == 0, res.output
-    text = " ".join(res.stdout.split())
+    text = _train_with_states(tmp_path, lambda submits: ["COMPLETED"] * len(submits))
     assert "every ended job completed: no completion model" in text
     assert "p_success" not in text.split("too few examples for", 1)[-1]
 
@@ -374,19 +383,12 @@ def test_train_where_only_the_calibration_slice_has_failures_says_so_instead_of_
 ) -> None:
     """600 jobs whose failures are all among the latest 20% (the calibration slice): the completion model
     had 480 jobs to fit on, all completed, and the output still blamed "too few examples for p_success"."""
-    import pyarrow as pa
 
-    t = make_history(600, seed=4, users=5, days=4)
-    submit = t.column("submit_time").to_pylist()
-    cut = sorted(submit)[int(len(submit) * 0.9)]
-    state = ["FAILED" if s >= cut else "COMPLETED" for s in submit]
-    t = t.set_column(t.schema.get_field_index("state"), "state", pa.array(state))
-    path = tmp_path / "late.duckdb"
-    with JobStore(path) as store:
-        store.upsert(t)
-    res = runner.invoke(app, ["predict", "train", "--db", str(path), "--out", str(tmp_path / "m.json")])
-    assert res.exit_code == 0, res.output
-    text = " ".join(res.stdout.split())
+    def late_failures(submits: list[Any]) -> list[str]:
+        cut = sorted(submits)[int(len(submits) * 0.9)]
+        return ["FAILED" if s >= cut else "COMPLETED" for s in submits]
+
+    text = _train_with_states(tmp_path, late_failures)
     assert "every job the completion model would fit on completed" in text
     assert "p_success" not in text.split("too few examples for", 1)[-1]
 
