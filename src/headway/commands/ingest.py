@@ -325,14 +325,15 @@ def export(
     from headway.store import JobStore, StoreError
 
     check_output_file(parquet, "--parquet")
-    if parquet.is_file() and parquet.stat().st_size and not os.access(parquet, os.R_OK):
-        fail(f"--parquet {parquet}: exists and cannot be read to tell whether it is an earlier export")
-    if parquet.is_file() and parquet.stat().st_size and not _is_export(parquet):
+    if parquet.is_file() and parquet.stat().st_size:
         # An earlier export is replaced; anything else may be the only copy of a job log.
-        fail(
-            f"--parquet {parquet}: exists and is not an earlier export (a job log?); writing would "
-            "replace it: remove it first or give another file name"
-        )
+        if not os.access(parquet, os.R_OK):
+            fail(f"--parquet {parquet}: exists and cannot be read to tell whether it is an earlier export")
+        if not _is_export(parquet):
+            fail(
+                f"--parquet {parquet}: exists and is not an earlier export (a job log?); writing would "
+                "replace it: remove it first or give another file name"
+            )
     try:
         with JobStore(db, read_only=True) as store:
             n = store.export_parquet(parquet)
