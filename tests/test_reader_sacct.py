@@ -488,3 +488,17 @@ def test_timelimit_fields_out_of_range_are_bad_rows_and_day_hour_forms_read_as_s
     assert set(jobs) == {"3", "4", "5", "6"}
     assert jobs["3"].time_limit == 86400 + 2 * 3600 and jobs["4"].time_limit == 86400 + 2 * 3600 + 30 * 60
     assert jobs["5"].time_limit == 90 * 60 and jobs["6"].time_limit is None
+
+
+def test_a_memory_figure_past_an_exabyte_is_a_bad_row_not_a_crash(tmp_path: Path) -> None:
+    """ReqMem 999999999999999999999999999999 (MB) overflowed the int64 column: the whole read failed with
+    Arrow's 'Float value ... was truncated'."""
+    p = tmp_path / "s.txt"
+    p.write_text(
+        "JobID|State|Start|Elapsed|ReqMem\n"
+        "1|COMPLETED|2026-01-01T00:00:00|00:10:00|999999999999999999999999999999\n"
+        "2|COMPLETED|2026-01-01T00:00:00|00:10:00|32G\n"
+    )
+    res = READER.read(p, ReadOptions(tz="UTC"))
+    assert res.bad_row_count == 1 and "memory: over" in str(res.bad_rows[0])
+    assert _by_id(p, tz="UTC")["2"].mem_mb == 32 * 1024

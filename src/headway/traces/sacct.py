@@ -166,6 +166,9 @@ def _settle_repeated_hour(
     return ts(out_s), ts(out_e)
 
 
+MAX_MEM_MB = 1e12  # an exabyte: no job's memory is more (a bigger figure is a broken row)
+
+
 class SacctReader:
     name = "sacct"
 
@@ -433,7 +436,11 @@ class SacctReader:
             found |= take
         if not any_source:
             return None
-        return tb.masked(np.round(out), found, pa.int64())
+        # No job holds an exabyte (10^12 MB); a bigger figure is a broken row, and past int64 it cannot
+        # even be stored.
+        huge = found & (out > MAX_MEM_MB)
+        f.flag(huge, f"memory: over {MAX_MEM_MB:,.0f} MB", req_mem)
+        return tb.masked(np.round(out), found & ~huge, pa.int64())
 
 
 _ENDED = (
