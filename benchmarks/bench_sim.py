@@ -31,8 +31,9 @@ from headway.sim.run import default_predictor_factory, run_simulation
 class UserMeanPredictor:
     """Per-user rolling success rate and mean runtimes from ended jobs only (causal, O(1) per job).
 
-    One list per user ([ended, completed, completed seconds, failed seconds]) and a scalar path for
-    the usual single arrival: the stand-in should cost the simulator as little as a cache lookup."""
+    One list per user ([ended, completed, completed seconds, failed seconds]) and the scalar path
+    (`predict_one`) for the usual single arrival: the stand-in should cost the simulator as little as a
+    cache lookup."""
 
     stats: dict[str, list[float]] = field(default_factory=dict)
 
@@ -44,12 +45,14 @@ class UserMeanPredictor:
         return (ok + 1) / (n + 2), rt_ok / ok if ok else 3600.0, rt_bad / (n - ok) if n > ok else 600.0
 
     def predict(self, jobs: Sequence[SubmittedJob], now: float) -> Predictions:
-        if len(jobs) == 1:
-            p, r, f = self._one(jobs[0].user or "")
-            return Predictions(np.array((p,)), np.array((r,)), np.array((2 * r,)), np.array((f,)))
         rows = np.array([self._one(j.user or "") for j in jobs], dtype=np.float64).reshape(-1, 3)
         p, r, f = rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2].copy()
         return Predictions(p, r, 2 * r, f)
+
+    def predict_one(self, job: SubmittedJob, now: float) -> tuple[float, float, float, float]:
+        """`predict([job], now)`'s four numbers as floats (api.ScalarPredictor)."""
+        p, r, f = self._one(job.user or "")
+        return p, r, 2 * r, f
 
     def observe_end(self, ended: EndedJob) -> None:
         st = self.stats.setdefault(ended.job.user or "", [0.0, 0.0, 0.0, 0.0])

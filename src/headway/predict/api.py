@@ -32,9 +32,11 @@ class SubmittedJob(NamedTuple):
     time_limit: float | None  # seconds
 
 
-@dataclass(frozen=True, slots=True)
-class EndedJob:
-    """A job's end as the predictor learns it (at `end_time`, never before)."""
+class EndedJob(NamedTuple):
+    """A job's end as the predictor learns it (at `end_time`, never before).
+
+    A named tuple, as `SubmittedJob`: the simulator makes one per job, and a frozen dataclass costs
+    2.5x as much to make (0.76 against 0.31 µs)."""
 
     job: SubmittedJob
     start_time: float
@@ -67,6 +69,16 @@ class Predictions:
 
     def __len__(self) -> int:
         return len(self.p_success)
+
+
+class ScalarPredictor(Protocol):
+    """An optional fast path a predictor may add for the usual arrival, one job at a time: the same four
+    numbers as `predict([job], now)` gives, as plain floats, without four one-element arrays. The
+    simulator uses it when the predictor has it (the results are the same either way)."""
+
+    def predict_one(self, job: SubmittedJob, now: float) -> tuple[float, float, float, float]:
+        """(p_success, runtime, runtime_p90, time_to_failure) of one job: `predict([job], now)`'s."""
+        ...
 
 
 class OnlinePredictor(Protocol):

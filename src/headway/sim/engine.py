@@ -380,6 +380,13 @@ class Engine:
         ref = self.opts.reference
 
         subs: dict[int, SubmittedJob] = {}  # made at arrival, reused at the job's end
+        # The text columns as lists: an item of a list is a plain read, of an object array a numpy call.
+        jid_l, group_l, name_l, part_l = (
+            J.job_id.tolist(),
+            J.group.tolist(),
+            J.name.tolist(),
+            J.partition.tolist(),
+        )
 
         def submitted(k: int) -> SubmittedJob:
             sj = subs.get(k)
@@ -387,11 +394,11 @@ class Engine:
                 return sj
             tl_ = limit_l[k]
             sj = subs[k] = SubmittedJob(
-                str(J.job_id[k]),
+                str(jid_l[k]),
                 J.users[user_a[k]],
-                J.group[k],
-                J.name[k],
-                J.partition[k],
+                group_l[k],
+                name_l[k],
+                part_l[k],
                 J.classes[klass_l[k]],
                 ep0 + submit[k],
                 gpus_a[k],
@@ -400,21 +407,29 @@ class Engine:
             )
             return sj
 
+        # A predictor's scalar path for one arrival (api.ScalarPredictor), when it has one.
+        one: Callable[[SubmittedJob, float], tuple[float, float, float, float]] | None = getattr(
+            self.predictor, "predict_one", None
+        )
+
         def predict(keys: list[int], now: float) -> None:
             if not keys:
                 return
-            pr = self.predictor.predict(
-                [submitted(keys[0])] if len(keys) == 1 else [submitted(k) for k in keys], ep0 + now
-            )
             if len(keys) == 1 and not ref:  # the usual arrival: scalar arithmetic equal to the vector form
                 k = keys[0]
-                p, r = float(pr.p_success[0]), _at_least_1(float(pr.runtime[0]))
+                if one is not None:
+                    p, r, r90, f = one(submitted(k), ep0 + now)
+                else:
+                    pr = self.predictor.predict([submitted(k)], ep0 + now)
+                    p, r = float(pr.p_success[0]), float(pr.runtime[0])
+                    r90, f = float(pr.runtime_p90[0]), float(pr.time_to_failure[0])
+                r = _at_least_1(r)
                 p_succ_a[k] = p if 0.0 <= p <= 1.0 or p != p else (0.0 if p < 0.0 else 1.0)
                 r_pred_a[k] = r
-                r90 = float(pr.runtime_p90[0])
                 r_p90_a[k] = r90 if r90 >= r or r90 != r90 else r
-                ttf_a[k] = _at_least_1(float(pr.time_to_failure[0]))
+                ttf_a[k] = _at_least_1(f)
                 return
+            pr = self.predictor.predict([submitted(k) for k in keys], ep0 + now)
             idx = np.asarray(keys, dtype=np.int64)
             p_succ[idx] = np.clip(pr.p_success, 0.0, 1.0)
             r_pred[idx] = np.maximum(pr.runtime, 1.0)

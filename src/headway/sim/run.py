@@ -46,6 +46,9 @@ class NoPredictor:
         nan = np.full(len(jobs), np.nan)
         return Predictions(nan, nan, nan, nan)
 
+    def predict_one(self, job: SubmittedJob, now: float) -> tuple[float, float, float, float]:
+        return math.nan, math.nan, math.nan, math.nan
+
     def observe_end(self, ended: EndedJob) -> None:
         pass
 
