@@ -293,6 +293,25 @@ def test_a_short_queue_decides_as_the_vector_path(seed: int, monkeypatch: pytest
                 _same(small, vector)
 
 
+@pytest.mark.parametrize("name", ["impact", "impact-oracle"])
+def test_wake_queue_asks_for_the_wake_up_wake_at_gives(name: str) -> None:
+    """The simulator asks `wake_queue` between passes instead of building a snapshot for `wake_at`."""
+    rng = np.random.default_rng(7)
+    pol = get_policy(name)
+    seen = set()
+    for n_pending in (0, 1, 2, 5, 16, 17, 40):
+        snap = _snapshot(rng, n_pending)
+        p = snap.pending
+        for classes in (snap.classes, ["normal"]):
+            one = Snapshot(
+                **{f: getattr(snap, f) for f in snap.__dataclass_fields__ if f != "classes"}, classes=classes
+            )
+            want = pol.wake_at(one)
+            assert pol.wake_queue(one.now, p.submit, p.klass, classes) == want
+            seen.add(want is None)
+    assert seen == {True, False}  # both answers came up
+
+
 def test_a_queue_of_one_is_ranked_without_scores_until_they_are_read() -> None:
     snap = _snapshot(np.random.default_rng(3), 1)
     calls: list[int] = []

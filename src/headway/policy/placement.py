@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from headway.policy.snapshot import FULL_SHARE, I64, Allocation
+from headway.policy.snapshot import FULL_SHARE, I64, Allocation, ClusterView
 
 PLACEMENTS: tuple[str, ...] = ("first-fit", "topology")
 _BIG = np.iinfo(np.int64).max // 4
@@ -939,3 +939,13 @@ class LiveIndex:
             i = int(cand.argmin())
             want = (int(cand[i]) << _NODE_BITS | i) if cand[i] < _BIG else -1
             assert self.best(w) == want, (w, self.best(w), want)
+
+
+def place_fresh(view: ClusterView, how: str, gpus: float, max_nodes: int) -> Allocation | None:
+    """A pass's first placement on `view`: `place_sized` on the scratch index `Policy.decide` makes.
+    Here, compiled, for `Policy.place_one` and the simulator, which ask it at most arrivals."""
+    whole, milli = gang_size(gpus)
+    index = FreeIndex(
+        view.free, view.share, view.rack, view.n_racks, view.rack_free, copy_on_write=True, live=view.index
+    )
+    return index.place_sized(how, gpus, whole, milli, max_nodes)

@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from headway.policy.placement import PLACEMENTS, FreeIndex, gang_size, place, placeable, take
+from headway.policy.placement import PLACEMENTS, FreeIndex, gang_size, place, place_fresh, placeable, take
 from headway.policy.snapshot import (
     F64,
     FULL_SHARE,
@@ -129,18 +129,22 @@ class Policy:
     # Whether a pass over a queue of one job that fits is exactly that start plus `wake_one`, and a pass
     # where no pending job can be placed is only its `wake_at` (true of every policy here but a
     # preemptive one): a simulator may then skip the snapshot and the pass and place the job through
-    # `place_one`, the pass's own placement (tests/test_engine_fastpath.py). A subclass that overrides
-    # `wake_at` must override `wake_one` too.
+    # `place_one`, the pass's own placement (tests/test_engine_fastpath.py), and ask `wake_one` or
+    # `wake_queue` instead of `wake_at`. A subclass that overrides `wake_at` must override both too.
     single_fast: ClassVar[bool] = False
 
     def place_one(self, view: ClusterView, gpus: float, max_nodes: int) -> Allocation | None:
         """Where `decide` starts a queue of one job on `view` (None: it does not fit now), by the same
         index and placement call."""
-        whole, milli = gang_size(gpus)
-        return _scratch(view).place_sized(self.placement, gpus, whole, milli, max_nodes)
+        return place_fresh(view, self.placement, gpus, max_nodes)
 
     def wake_one(self, now: float, submit: float, klass: int, classes: Sequence[str]) -> float | None:
         """`wake_at` for a snapshot at `now` whose queue is this one job."""
+        return None
+
+    def wake_queue(self, now: float, submit: F64, klass: I64, classes: Sequence[str]) -> float | None:
+        """`wake_at` for a snapshot at `now` whose pending jobs have these submit times and classes: a
+        simulator asks it between passes without building a snapshot."""
         return None
 
     def preemptions(
@@ -205,13 +209,13 @@ class Policy:
         # Easy mode: which jobs get a reservation when first not to fit (None: every one); the others
         # are skipped. Asked for only when needed, so a queue of one that fits never computes scores.
         rmask: npt.NDArray[np.bool_] | None = None
+        fmax, ftot, smax = limits()  # from the live counts until the first take: no pass over nodes
         if small:
-            # A short queue tries each job in turn (`place` says when one cannot fit): the limits below
-            # only save work on long queues. The backfill phase, which counts its candidates, gets them.
-            fmax = ftot = smax = _UNLIMITED
+            # A short queue tries each job in turn, and keeps the limits from before its first take:
+            # upper bounds (free GPUs only shrink in a pass) that skip, with a comparison, placements
+            # that cannot succeed (a congested pass starts one job of a dozen); `place` decides the rest.
             order_l = order.tolist()
         else:
-            fmax, ftot, smax = limits()
             rmask = self.reserve_mask(ranking) if self.mode == "easy" else None
             if self.mode == "greedy" or rmask is not None:
                 # Free GPUs only shrink during a pass, so what cannot fit now (and would only be
@@ -241,6 +245,22 @@ class Policy:
                 starts.append(Start(int(keys[pos]), str(jids[pos]), alloc))
                 if i >= n and not preemptive:
                     break  # the last job in the order: nothing reads the scratch GPUs after it
+                if small and not preemptive:
+                    # Nor after a start that no later job can follow: none within the limits (upper
+                    # bounds, as free GPUs only shrink in a pass) and none that may hold a reservation.
+                    # The pass ends here without the `take`, which copies the live GPUs' lists.
+                    if mode == "easy" and rmask is None:
+                        rmask = self.reserve_mask(ranking)
+                    if not any(
+                        (
+                            whole_l[q] <= (ftot if mn_l[q] > 1 else fmax)
+                            if whole_l[q] > 0
+                            else milli_l[q] <= smax
+                        )
+                        or (mode == "easy" and (rmask is None or bool(rmask[q])))
+                        for q in order_l[i:]
+                    ):
+                        break
                 taken.append((take_gpus(alloc), pos))
                 if i >= n:
                     break
@@ -863,12 +883,19 @@ class Impact(Policy):
 
     def wake_at(self, snap: Snapshot) -> float | None:
         p = snap.pending
-        if len(p) == 0:
+        return self.wake_queue(snap.now, p.submit, p.klass, snap.classes)
+
+    def wake_queue(self, now: float, submit: F64, klass: I64, classes: Sequence[str]) -> float | None:
+        if len(submit) == 0:
             return None
-        if len(p) <= SMALL_QUEUE:
-            return self._first_deadline(snap.now, p.submit.tolist(), p.klass.tolist(), snap.classes)
-        deadline = p.submit + self._max_wait(snap)
-        future = deadline[deadline > snap.now]
+        if len(submit) <= SMALL_QUEUE:
+            return self._first_deadline(now, submit.tolist(), klass.tolist(), classes)
+        default = self.max_wait_s.get("normal", DAY)
+        if len(classes) == 1:  # `_max_wait` without a snapshot
+            deadline = submit + self.max_wait_s.get(classes[0], default)
+        else:
+            deadline = submit + _class_values(tuple(classes), tuple(self.max_wait_s.items()), default)[klass]
+        future = deadline[deadline > now]
         return float(future.min()) if len(future) else None
 
     def wake_one(self, now: float, submit: float, klass: int, classes: Sequence[str]) -> float | None:

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from headway.policy.placement import LiveIndex
+from headway.policy.placement import LiveIndex, place_fresh
 from headway.policy.policies import Policy
 from headway.policy.snapshot import (
     F64,
@@ -217,6 +217,7 @@ def _single_fast(pol: Policy) -> bool:
         and owner("decide") is Policy
         and owner("rank") is Policy
         and owner("wake_one") is owner("wake_at")
+        and owner("wake_queue") is owner("wake_at")
     )
 
 
@@ -758,7 +759,10 @@ class Engine:
             `wake_one`, the same decision `decide` gives (tests/test_engine_fastpath.py). False: it does
             not fit now (nothing done)."""
             nonlocal passes
-            alloc = place_one(cview, gpus_a[k], mnodes_a[k])
+            if own_place:
+                alloc = place_one(cview, gpus_a[k], mnodes_a[k])
+            else:  # `Policy.place_one`, without the call through the policy
+                alloc = place_fresh(cview, how, gpus_a[k], mnodes_a[k])
             if alloc is None:
                 return False
             passes += 1
@@ -783,7 +787,9 @@ class Engine:
             and self.opts.single_fast
             and not (ref or self.opts.log_decisions or explain_keys)
         )
-        place_one, wake_one = pol.place_one, pol.wake_one
+        place_one, wake_one, wake_queue = pol.place_one, pol.wake_one, pol.wake_queue
+        own_place, how = type(pol).place_one is not Policy.place_one, pol.placement
+        p_submit, p_klass = pend.ro["submit"], pend.ro["klass"]  # `wake_queue`'s columns
         observe_end = self.predictor.observe_end
         state_l = T.state.tolist()
         COMPLETED = State.COMPLETED.value
@@ -876,7 +882,7 @@ class Engine:
                     if has_wake and pend.n == 1:
                         wake_lone(pend.key_a[0], now)
                     elif has_wake:
-                        w = pol.wake_at(snapshot(now))
+                        w = wake_queue(now, p_submit[: pend.n], p_klass[: pend.n], J.classes)
                         if w is not None and w > now:
                             wake(w)
                 elif fast and pend.n == 1:
@@ -902,7 +908,12 @@ class Engine:
                 if fast and pend.n == 1:
                     wake_lone(pend.key_a[0], now)
                 else:
-                    w = pol.wake_at(snapshot(now))
+                    m = pend.n
+                    w = (
+                        wake_queue(now, p_submit[:m], p_klass[:m], J.classes)
+                        if fast
+                        else pol.wake_at(snapshot(now))
+                    )
                     if w is not None and w > now:
                         wake(w)
             frag = frag_now()
