@@ -219,7 +219,7 @@ def _snapshot(rng: np.random.Generator, n_pending: int) -> Snapshot:
         time_limit=np.where(rng.random(n_pending) < 0.5, rt * 3, np.nan),
         p_success=rng.random(n_pending),
         runtime=rt,
-        runtime_p90=rt * 2,
+        runtime_p90=np.where(rng.random(n_pending) < 0.2, np.nan, rt * rng.choice([0.5, 2.0], n_pending)),
         time_to_failure=rt / 4,
         attained=np.where(rng.random(n_pending) < 0.3, rng.exponential(20000, n_pending), 0.0),
         last_stop=now - rng.exponential(3600, n_pending),
@@ -267,6 +267,10 @@ def _same(a: Any, b: Any) -> None:
     assert np.array_equal(a.ranking.order, b.ranking.order)
     assert np.array_equal(a.ranking.tier, b.ranking.tier)
     assert np.array_equal(a.ranking.score, b.ranking.score, equal_nan=True)
+    fa, fb = a.ranking.factors, b.ranking.factors
+    assert fa.keys() == fb.keys()
+    for k in fa:
+        assert np.array_equal(np.asarray(fa[k], dtype=float), np.asarray(fb[k], dtype=float), equal_nan=True)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -283,14 +287,18 @@ def test_a_short_queue_decides_as_the_vector_path(seed: int, monkeypatch: pytest
                 ]
             ),
         )
+        one_class = Snapshot(
+            **{f: getattr(snap, f) for f in snap.__dataclass_fields__ if f != "classes"}, classes=["normal"]
+        )
         for name in POLICIES:
             for placement in PLACEMENTS:
                 pol = get_policy(name, placement)
-                monkeypatch.setattr(policies_mod, "SMALL_QUEUE", 10**9)
-                small = pol.decide(snap)
-                monkeypatch.setattr(policies_mod, "SMALL_QUEUE", 0)
-                vector = pol.decide(no_totals)
-                _same(small, vector)
+                for s in (snap, one_class):
+                    monkeypatch.setattr(policies_mod, "SMALL_QUEUE", 10**9)
+                    small = pol.decide(s)
+                    monkeypatch.setattr(policies_mod, "SMALL_QUEUE", 0)
+                    vector = pol.decide(s if s is one_class else no_totals)
+                    _same(small, vector)
 
 
 @pytest.mark.parametrize("name", ["impact", "impact-oracle"])

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headway.policy.placement import fits_empty, gang_size, max_nodes_for, place, placeable, take
+from headway.policy.placement import _top_sum, fits_empty, gang_size, max_nodes_for, place, placeable, take
 from headway.policy.snapshot import Allocation
 from headway.sim.cluster import Cluster, ClusterSpec, ClusterSpecError, NodeSpec
 
@@ -183,3 +183,15 @@ def test_the_cluster_takes_and_gives_back_the_gpus_placement_take_would(
         c.release(used, frac)
     assert c.busy == 0 and (c.owner[c.owner != -2] == -1).all()
     np.testing.assert_array_equal(c.free, [n.gpus for n in spec.nodes])
+
+
+@given(
+    st.lists(st.integers(0, 16), min_size=1, max_size=40),
+    st.data(),
+    st.integers(1, 9),
+)
+def test_the_k_largest_free_counts_of_a_rack_sum_as_sorting_them_would(
+    free: list[int], data: st.DataObject, k: int
+) -> None:
+    mem = data.draw(st.lists(st.integers(0, len(free) - 1), max_size=20, unique=True))
+    assert _top_sum(free, mem, k) == sum(sorted((free[n] for n in mem), reverse=True)[:k])

@@ -203,7 +203,7 @@ def _spread(
         tot = total[cand].tolist()
         for _, r in sorted(zip(tot, cand.tolist(), strict=True)):
             # the rack's k largest free counts hold it (the counts alone, before ordering its nodes)
-            if sum(sorted(map(free_l.__getitem__, members[r]), reverse=True)[:k]) >= g:
+            if _top_sum(free_l, members[r], k) >= g:
                 fl = free_l
                 nodes = sorted(members[r], key=lambda n: -fl[n])  # stable: ties by node index
                 break
@@ -236,6 +236,26 @@ def _spread(
     if last is None:  # cannot happen when the first k nodes hold it; keep the safe answer
         return _counts(free_l, nodes[:k], g)
     return _counts(free_l, [*chosen, last], g)
+
+
+def _top_sum(free_l: list[int], mem: list[int], k: int) -> int:
+    """The sum of the k largest of `free_l` over nodes `mem`: for a few (the usual gang of 2-4 nodes),
+    kept in a short list as they come, which costs less than sorting the rack."""
+    if k > 4:
+        return sum(sorted(map(free_l.__getitem__, mem), reverse=True)[:k])
+    top = [0] * k  # the k largest so far, descending (free counts are never negative)
+    for n in mem:
+        f = free_l[n]
+        if f > top[k - 1]:
+            i = k - 1
+            while i > 0 and top[i - 1] < f:
+                top[i] = top[i - 1]
+                i -= 1
+            top[i] = f
+    s = 0
+    for f in top:
+        s += f
+    return s
 
 
 def _spans(hist: list[int], whole: int, max_nodes: int) -> bool:

@@ -345,15 +345,18 @@ class Engine:
         pend_sizes: Counter[tuple[int, int]] = Counter()  # (whole, max_nodes) of pending whole-GPU jobs
         pend_milli: Counter[int] = Counter()
         n_users = len(J.users)
-        usage = np.zeros(n_users)
+        # Decayed GPU usage per user, kept per user: `base` at `t_at`, then `rate` GPUs since. A start or
+        # an end moves its user's alone (`fold`); a snapshot computes every user's at its time (`usage`).
+        base_a, base = _shared(np.zeros(n_users))
+        t_at_a, t_at = _shared(np.zeros(n_users))
         rate_a, rate = _shared(np.zeros(n_users))
+        usage = np.zeros(n_users)
+        usage_t = -math.inf  # the time `usage` was computed for, while no user's rate changed since
         seen_user = np.zeros(n_users, dtype=bool)
         seen_l = [False] * n_users
         shares = np.zeros(n_users)
-        tmp_users = np.zeros(n_users)
+        tmp_d, tmp_c = np.zeros(n_users), np.zeros(n_users)
         lam = math.log(2) / self.opts.usage_half_life_s
-        mul, add = np.multiply, np.add
-        t_usage = 0.0
         explain_keys = (
             {i for i, j in enumerate(J.job_id) if j in self.opts.explain} if self.opts.explain else set()
         )
@@ -463,17 +466,31 @@ class Engine:
                 else:
                     del pend_milli[mk]
 
-        def advance_usage(now: float) -> None:
-            nonlocal t_usage
-            dt = now - t_usage
+        def fold(u: int, now: float) -> None:
+            """User u's usage brought to `now` at its rate so far: call before the rate changes."""
+            nonlocal usage_t
+            dt = now - t_at_a[u]
             if dt > 0:
                 d = math.exp(-lam * dt)
-                # usage * d + rate * (1 - d) / lam, in place (the same float operations, no temporaries;
-                # `out` passed by position, which numpy parses faster)
-                mul(usage, d, usage)
-                mul(rate, (1.0 - d) / lam, tmp_users)
-                add(usage, tmp_users, usage)
-                t_usage = now
+                base_a[u] = base_a[u] * d + rate_a[u] * ((1.0 - d) / lam)
+                t_at_a[u] = now
+            usage_t = -math.inf
+
+        def usage_now(now: float) -> None:
+            """Every user's usage at `now` into `usage`: base * d + rate * ((1 - d) / lam), d = e^(-lam dt),
+            in place (`out` by position, which numpy parses faster)."""
+            nonlocal usage_t
+            if now == usage_t:
+                return
+            np.subtract(now, t_at, tmp_d)
+            np.multiply(tmp_d, -lam, tmp_d)
+            np.exp(tmp_d, tmp_d)
+            np.subtract(1.0, tmp_d, tmp_c)
+            np.divide(tmp_c, lam, tmp_c)
+            np.multiply(rate, tmp_c, tmp_c)
+            np.multiply(base, tmp_d, usage)
+            np.add(usage, tmp_c, usage)
+            usage_t = now
 
         def stop_running(k: int, now: float) -> None:
             moved = runb.remove(k)
@@ -500,7 +517,9 @@ class Engine:
                     for nd, c in per_node.items():
                         node_free(nd, free_l[nd] + c)
             g = gpus_a[k]
-            rate_a[user_a[k]] -= g
+            u = user_a[k]
+            fold(u, now)
+            rate_a[u] -= g
             attained_a[k] += g * (now - run_start_a[k])
 
         # Free GPUs per rack, kept current here so a pass does not recount them (ClusterView.rack_free).
@@ -639,11 +658,12 @@ class Engine:
 
         p_views: dict[int, tuple[I64, list[np.ndarray], F64 | None, npt.NDArray[np.bool_] | None]] = {}
         r_views: dict[int, RunningJobs] = {}
-        ro_usage = _ro(usage)  # advance_usage writes `usage` in place
+        ro_usage = _ro(usage)  # `usage_now` writes `usage` in place
 
         def snapshot(now: float) -> Snapshot:
             """Read-only slices of the live columns (valid while the policy runs), or copies."""
             m, k = pend.n, runb.n
+            usage_now(now)
             if copies:
                 pending = _pending(
                     p_keys[:m].copy(),
@@ -701,6 +721,9 @@ class Engine:
             if al.frac_gpu >= 0:
                 frac_at[k] = (al.nodes[0], al.frac_gpu)
                 node_free(al.nodes[0], int(C.free[al.nodes[0]]))
+            elif len(al.nodes) == 1:
+                nd = al.nodes[0]
+                node_free(nd, free_l[nd] - al.counts[0])
             else:
                 for nd, c in zip(al.nodes, al.counts, strict=True):
                     node_free(nd, free_l[nd] - c)
@@ -712,7 +735,9 @@ class Engine:
             else:
                 restarts_a[k] += 1
                 remaining[k] += pol.restart_penalty_s
-            rate_a[user_a[k]] += gpus_a[k]
+            u = user_a[k]
+            fold(u, now)
+            rate_a[u] += gpus_a[k]
             e = end_t[k] = now + remaining[k]
             seq += 1
             heapq.heappush(heap, (e, END, seq, k, epoch[k]))
@@ -773,12 +798,10 @@ class Engine:
         def start_lone(k: int, now: float) -> bool:
             """`start_one` for job k arriving into an empty queue, without queueing it first. False: it
             waits (queued; the full path below runs the same tests and the pass)."""
-            if could_start_one(k):
-                advance_usage(now)
-                if start_one(k, now, queued=False):
-                    if self.opts.validate:
-                        validate()
-                    return True
+            if could_start_one(k) and start_one(k, now, queued=False):
+                if self.opts.validate:
+                    validate()
+                return True
             add_pending(k)
             return False
 
@@ -810,7 +833,6 @@ class Engine:
                 events += 1
                 if ep != epoch[k] or math.isnan(end_t[k]):
                     continue
-                advance_usage(now)
                 stop_running(k, now)
                 state = str(state_l[k])
                 nk = name_key_a[k]
@@ -871,7 +893,6 @@ class Engine:
             elif pend.n and (
                 preemptive or could_start() or (explain_keys and not explain_keys.isdisjoint(arrivals))
             ):
-                advance_usage(now)
                 started = False
                 idle = fast and not any_placeable()
                 if idle:
