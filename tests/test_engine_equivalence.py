@@ -67,6 +67,19 @@ class UserMean:
         return True
 
 
+class UserMeanScalar(UserMean):
+    """The same predictor with the scalar path for one arrival (`api.ScalarPredictor`)."""
+
+    def predict_one(self, job: SubmittedJob, now: float) -> tuple[float, float, float, float]:
+        pr = self.predict([job], now)
+        return (
+            float(pr.p_success[0]),
+            float(pr.runtime[0]),
+            float(pr.runtime_p90[0]),
+            float(pr.time_to_failure[0]),
+        )
+
+
 def mixed_rows(n: int, seed: int) -> list[dict[str, Any]]:
     rng = np.random.default_rng(seed)
     rows, t = [], 0.0
@@ -174,6 +187,12 @@ CASES = [(p, pl) for p in POLICIES for pl in PLACEMENTS]
 @pytest.mark.parametrize(("policy", "placement"), [c for c in CASES if f"{c[0]}/{c[1]}" in GOLDEN])
 def test_replay_matches_the_digest_recorded_before_the_shortcuts(policy: str, placement: str) -> None:
     assert digest(replay(policy, placement)) == GOLDEN[f"{policy}/{placement}"]
+
+
+@pytest.mark.parametrize("policy", ["impact", "qssf", "las"])
+def test_a_predictors_scalar_path_gives_the_same_replay(policy: str) -> None:
+    want = GOLDEN[f"{policy}/topology"]
+    assert digest(replay(policy, "topology", factory=UserMeanScalar)) == want
 
 
 @pytest.mark.parametrize(("policy", "placement"), CASES)
