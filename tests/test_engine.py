@@ -435,3 +435,30 @@ def test_a_share_on_a_node_the_reservation_does_not_need_is_backfilled() -> None
     ]
     j = replay_small(rows, ClusterSpec.from_counts([4, 2]), "multifactor", placement="first-fit")
     assert j["D"]["start"] == 2 and j["H"]["start"] == 1000
+
+
+@pytest.mark.parametrize("split", ["zero_length_job", "two_half_jobs"])
+def test_users_with_the_same_usage_tie_on_fair_share_and_submit_order_decides(split: str) -> None:
+    """Users a and b each use one GPU for the first 1000 s, a's hour cut at 500 s (a job that ends as it
+    starts, or two back-to-back jobs); at 1000 s each asks for all 3 GPUs. Their fair share is equal,
+    so the earlier key goes first, whatever the arithmetic path of each user's usage was."""
+    if split == "zero_length_job":
+        a = [
+            {"job_id": "a1", "user": "a", "submit": 0, "runtime": 1000},
+            {"job_id": "a2", "user": "a", "submit": 500, "runtime": 0, "state": "FAILED"},
+        ]
+    else:
+        a = [
+            {"job_id": "a1", "user": "a", "submit": 0, "runtime": 500},
+            {"job_id": "a2", "user": "a", "submit": 500, "runtime": 500},
+        ]
+    rows = [
+        *a,
+        {"job_id": "b1", "user": "b", "submit": 0, "runtime": 1000},
+        {"job_id": "x_a", "user": "a", "submit": 1000, "runtime": 100, "gpus": 3},
+        {"job_id": "x_b", "user": "b", "submit": 1000, "runtime": 100, "gpus": 3},
+    ]
+    rows.sort(key=lambda r: float(r["submit"]))
+    for policy in ("multifactor", "impact"):
+        jobs = replay_small(rows, ClusterSpec.from_flags(1, 3, 1), policy)
+        assert (jobs["x_a"]["start"], jobs["x_b"]["start"]) == (1000.0, 1100.0), policy

@@ -74,7 +74,8 @@ class Predictions:
 class ScalarPredictor(Protocol):
     """An optional fast path a predictor may add for the usual arrival, one job at a time: the same four
     numbers as `predict([job], now)` gives, as plain floats, without four one-element arrays. The
-    simulator uses it when the predictor has it (the results are the same either way)."""
+    simulator uses it when the predictor has it (the results are the same either way), instead of
+    `predict`: whatever `predict` does besides (advancing its clock) it must do too."""
 
     def predict_one(self, job: SubmittedJob, now: float) -> tuple[float, float, float, float]:
         """(p_success, runtime, runtime_p90, time_to_failure) of one job: `predict([job], now)`'s."""
