@@ -961,11 +961,15 @@ class LiveIndex:
             assert self.best(w) == want, (w, self.best(w), want)
 
 
-def place_fresh(view: ClusterView, how: str, gpus: float, max_nodes: int) -> Allocation | None:
-    """A pass's first placement on `view`: `place_sized` on the scratch index `Policy.decide` makes.
-    Here, compiled, for `Policy.place_one` and the simulator, which ask it at most arrivals."""
-    whole, milli = gang_size(gpus)
-    index = FreeIndex(
+def scratch_index(view: ClusterView) -> FreeIndex:
+    """A pass's scratch free GPUs over the view (copied on the first `take`; see `Policy.decide`)."""
+    return FreeIndex(
         view.free, view.share, view.rack, view.n_racks, view.rack_free, copy_on_write=True, live=view.index
     )
-    return index.place_sized(how, gpus, whole, milli, max_nodes)
+
+
+def place_fresh(view: ClusterView, how: str, gpus: float, max_nodes: int) -> Allocation | None:
+    """A pass's first placement on `view`: `place_sized` on its scratch index. Here, compiled, for
+    `Policy.place_one` and the simulator, which ask it at most arrivals."""
+    whole, milli = gang_size(gpus)
+    return scratch_index(view).place_sized(how, gpus, whole, milli, max_nodes)

@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from headway.policy.placement import PLACEMENTS, FreeIndex, gang_size, place, place_fresh, placeable, take
+from headway.policy.placement import PLACEMENTS, gang_size, place, place_fresh, placeable, scratch_index, take
 from headway.policy.snapshot import (
     F64,
     FULL_SHARE,
@@ -172,7 +172,7 @@ class Policy:
             return Decision(did, snap.now, ranking=ranking, wake_at=self.wake_at(snap))
         # The scratch free GPUs: the index copies the cluster's arrays on its first `take`, so a pass
         # that starts only its last job (most simulator passes) copies nothing. Read them from the index.
-        index = _scratch(view)
+        index = scratch_index(view)
         gpus, max_nodes = p.gpus, p.max_nodes
         starts: list[Start] = []
         taken: list[tuple[list[tuple[int, int]], int]] = []  # (gpus used, pending pos) in this pass
@@ -481,13 +481,6 @@ def _sharers(frac_at: Mapping[int, tuple[int, int]], running_key: I64) -> tuple[
     return loc[ok, 0], loc[ok, 1], srt[i[ok]]
 
 
-def _scratch(view: ClusterView) -> FreeIndex:
-    """A pass's scratch free GPUs over the view (copied on the first `take`; see `Policy.decide`)."""
-    return FreeIndex(
-        view.free, view.share, view.rack, view.n_racks, view.rack_free, copy_on_write=True, live=view.index
-    )
-
-
 def _candidate_times(flat: F64, rel_sorted: F64, g: int, m: int) -> F64:
     """The sorted release times among which a multi-node head's reservation lies.
 
@@ -514,12 +507,12 @@ def _class_values(classes: tuple[str, ...], table: tuple[tuple[str, float], ...]
     return out
 
 
-def _class_table(snap: Snapshot, table: dict[str, float], default: float) -> F64 | float:
-    """Per pending job, the class's value (a scalar when the trace has a single class)."""
-    if len(snap.classes) == 1:
-        return table.get(snap.classes[0], default)
-    vals = _class_values(tuple(snap.classes), tuple(table.items()), default)
-    return vals[snap.pending.klass]
+def _class_table(classes: Sequence[str], klass: I64, table: dict[str, float], default: float) -> F64 | float:
+    """Per job of these classes, the class's value (a scalar when the trace has a single class)."""
+    if len(classes) == 1:
+        return table.get(classes[0], default)
+    vals = _class_values(tuple(classes), tuple(table.items()), default)
+    return vals[klass]
 
 
 def fairshare_of(snap: Snapshot, users: I64) -> F64:
@@ -842,13 +835,13 @@ class Impact(Policy):
             r = lognormal_mean(r, p.runtime_p90)
         return p.p_success, r, p.time_to_failure
 
-    def _max_wait(self, snap: Snapshot) -> F64 | float:
-        return _class_table(snap, self.max_wait_s, self.max_wait_s.get("normal", DAY))
+    def _max_wait(self, classes: Sequence[str], klass: I64) -> F64 | float:
+        return _class_table(classes, klass, self.max_wait_s, self.max_wait_s.get("normal", DAY))
 
     def scores(self, snap: Snapshot) -> tuple[I64, F64, dict[str, F64]]:
         p = snap.pending
         ps, rt, ttf = self.inputs(snap)
-        w = _class_table(snap, self.class_weight, 1.0)
+        w = _class_table(snap.classes, p.klass, self.class_weight, 1.0)
         r = np.fmin(rt, p.time_limit)  # fmin ignores a NaN (no limit)
         f = np.fmin(ttf, p.time_limit)
         c = np.maximum(p.gpus, 1e-3) * (ps * r + (1 - ps) * f) / HOUR
@@ -856,7 +849,7 @@ class Impact(Policy):
         if self.fairshare_power != 1.0:
             fs = fs**self.fairshare_power
         score = w * ps / np.maximum(c, 1e-6) * fs
-        deadline = p.submit + self._max_wait(snap)
+        deadline = p.submit + self._max_wait(snap.classes, p.klass)
         starved = deadline <= snap.now
         held = p.fail_streak >= self.hold_after
         tier = np.where(starved, 0, np.where(held, 2, 1)).astype(np.int64)
@@ -890,11 +883,7 @@ class Impact(Policy):
             return None
         if len(submit) <= SMALL_QUEUE:
             return self._first_deadline(now, submit.tolist(), klass.tolist(), classes)
-        default = self.max_wait_s.get("normal", DAY)
-        if len(classes) == 1:  # `_max_wait` without a snapshot
-            deadline = submit + self.max_wait_s.get(classes[0], default)
-        else:
-            deadline = submit + _class_values(tuple(classes), tuple(self.max_wait_s.items()), default)[klass]
+        deadline = submit + self._max_wait(classes, klass)
         future = deadline[deadline > now]
         return float(future.min()) if len(future) else None
 

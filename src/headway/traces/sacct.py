@@ -436,8 +436,7 @@ class SacctReader:
             found |= take
         if not any_source:
             return None
-        # No job holds an exabyte (10^12 MB); a bigger figure is a broken row, and past int64 it cannot
-        # even be stored.
+        # past int64 it could not even be stored (MAX_MEM_MB)
         huge = found & (out > MAX_MEM_MB)
         f.flag(huge, f"memory: over {MAX_MEM_MB:,.0f} MB", req_mem)
         return tb.masked(np.round(out), found & ~huge, pa.int64())
