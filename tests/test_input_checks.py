@@ -515,12 +515,13 @@ def test_audit_html_through_a_link_or_a_fifo_keeps_it_and_a_new_file_follows_the
     fifo = tmp_path / "f.html"
     os.mkfifo(fifo)
     got: list[bytes] = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
     reader.start()
     code = run("audit", "--db", str(store), "--html", str(fifo))[0]
-    if not got:  # the old code never opened the FIFO: let the reader go
+    reader.join(30)  # the reader appends only after the writer closed: wait for it, not check at once
+    if reader.is_alive():  # the old code never opened the FIFO: let the reader go
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-    reader.join(30)
+        reader.join(5)
     assert code == 0 and stat.S_ISFIFO(fifo.stat().st_mode)
     assert got and got[0].startswith(b"<!DOCTYPE html>")
     with _umask(0o077):
