@@ -652,3 +652,19 @@ def test_a_trace_of_one_job_is_counted_as_1_job_not_1_jobs(tmp_path: Path) -> No
     )
     res = runner.invoke(app, ["ingest", str(trace), "--db", str(tmp_path / "s.duckdb")])
     assert res.exit_code == 0 and "1 job in the store." in res.output, res.output
+
+
+def test_copies_replay_every_job_again_under_its_own_id(trace: Path) -> None:
+    """`--copies N` replays each job N times (copy k's id ends in #k), as a heavier workload with the
+    same arrival pattern; --explain finds a copy by its id, and the Helios reference is not offered."""
+    base = ["simulate", str(trace), *CLUSTER, "--policy", "fifo", "--json"]
+    one = json.loads(runner.invoke(app, base).stdout)
+    res = runner.invoke(app, [*base, "--copies", "3", "--explain", "synth-7#3"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["trace"]["copies"] == 3 and one["trace"]["copies"] == 1
+    assert doc["policies"]["fifo"]["jobs"] == 3 * one["policies"]["fifo"]["jobs"]
+    assert doc["explain"]["fifo"]["job"]["job_id"] == "synth-7#3"
+    assert doc["policies"]["fifo"]["queue_delay_mean"] > one["policies"]["fifo"]["queue_delay_mean"]
+    bad = runner.invoke(app, [*base, "--copies", "0"])
+    assert bad.exit_code != 0 and "--copies" in bad.output

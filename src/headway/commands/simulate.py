@@ -58,6 +58,7 @@ PLACEMENTS: tuple[str, ...] = ("first-fit", "topology")
 BASELINE = "multifactor"
 PHILLY_SAMPLE_JOBS = 5910  # the DRE re-published Philly sample the Helios reference figures are for
 REFERENCES: tuple[str, ...] = ("auto", "helios-philly", "none")
+MAX_COPIES = 100
 
 # Issue 4's goals for impact, as (metric, other policy, max ratio impact / other).
 GOALS: tuple[tuple[str, str, float], ...] = (
@@ -154,6 +155,16 @@ IncludeCpuOpt = Annotated[
     bool, typer.Option("--include-cpu", help="Also simulate jobs that ask for no GPU (left out by default).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON only (no table, no progress bars).")]
+CopiesOpt = Annotated[
+    int,
+    typer.Option(
+        help="Replay every job this many times (copy k's id ends in #k; same submit times, then --load "
+        "rescales them all): loads a cluster that the log alone never fills, as Alibaba's pods on "
+        "their own node list.",
+        min=1,
+        max=MAX_COPIES,
+    ),
+]
 
 
 def _parse_policies(value: str) -> list[str]:
@@ -397,12 +408,18 @@ def reference_for(load: float | None) -> list[RefFigure]:
     return [f for f in helios_reference() if f.load == label]
 
 
-def wants_reference(choice: str, info: TraceInfo, capacity: float) -> bool:
+def wants_reference(choice: str, info: TraceInfo, capacity: float, copies: int = 1) -> bool:
     if choice == "helios-philly":
         return True
     if choice == "none":
         return False
-    return info.sources == ["philly"] and info.jobs == PHILLY_SAMPLE_JOBS and capacity == 512
+    return info.sources == ["philly"] and info.jobs == PHILLY_SAMPLE_JOBS and capacity == 512 and copies == 1
+
+
+def _with_copies(jobs: pa.Table, copies: int) -> pa.Table:
+    from headway.sim.run import copies_of
+
+    return copies_of(jobs, copies)
 
 
 # ------------------------------------------------------------------------------------------- formatting
@@ -823,6 +840,7 @@ def simulate(
         ),
     ] = None,
     include_cpu: IncludeCpuOpt = False,
+    copies: CopiesOpt = 1,
     reference: Annotated[
         str,
         typer.Option(
@@ -861,14 +879,17 @@ def simulate(
             {"TRACE": trace, "--mapping": mapping, "--cluster": cluster, "--nodes-file": nodes_file},
         )
     jobs, info = load_jobs(trace, fmt, db, tz, mapping, source)
+    jobs = _with_copies(jobs, copies)
     if explain is not None:
         _check_explain(jobs, explain, info.label)
     spec = build_cluster(nodes, gpus_per_node, nodes_per_rack, cluster, nodes_file)
     if not as_json:
         info.report()
+        times = f", each replayed {copies} times" if copies > 1 else ""
         err.print(
             plain(
-                f"{info.label}: {count(info.jobs, 'job')} ({info.format}); simulating {', '.join(policies)}"
+                f"{info.label}: {count(info.jobs, 'job')} ({info.format}){times}; simulating "
+                f"{', '.join(policies)}"
             )
         )
     results = run_policies(
@@ -891,7 +912,7 @@ def simulate(
         )
     metrics = {r.policy: compute(r) for r in results}
     capacity = results[0].capacity_gpus if results else float(spec.capacity_gpus)
-    figs = reference_for(load) if wants_reference(reference, info, capacity) else []
+    figs = reference_for(load) if wants_reference(reference, info, capacity, copies) else []
     if reference == "helios-philly" and not figs and not as_json:
         err.print("note: the Helios reference has figures at the natural load and at load 1.0 only")
     excluded = results[0].excluded if results else []
@@ -907,6 +928,7 @@ def simulate(
             **info.as_dict(),
             "load": load if load is not None else "natural",
             "offered_load": results[0].load if results else None,
+            "copies": copies,
         },
         "placement": {r.policy: r.placement for r in results},
         "excluded": excluded,
@@ -1068,6 +1090,7 @@ def sweep(
     ] = None,
     workers: Annotated[int, typer.Option(help="Worker processes of the local Dask cluster.", min=1)] = 2,
     include_cpu: IncludeCpuOpt = False,
+    copies: CopiesOpt = 1,
     as_json: JsonOpt = False,
     tz: Annotated[str | None, typer.Option(help="Timezone of naive timestamps in TRACE.")] = None,
     mapping: MappingOpt = None,
@@ -1085,13 +1108,18 @@ def sweep(
     if scheduler is not None and not scheduler.startswith(("tcp://", "tls://", "ucx://", "inproc://")):
         fail(f"--scheduler: expected an address like tcp://HOST:PORT, got {scheduler!r}")
     jobs, info = load_jobs(trace, fmt, db, tz, mapping, source)
+    jobs = _with_copies(jobs, copies)
     spec = build_cluster(nodes, gpus_per_node, nodes_per_rack, cluster, nodes_file)
     cells = grid(policies, loads, seed_list)
     if not as_json:
         info.report()
         where = scheduler or f"a local Dask cluster of {count(workers, 'process', 'processes')}"
         err.print(
-            plain(f"{info.label}: {count(info.jobs, 'job')}; {count(len(cells), 'simulation')} on {where}")
+            plain(
+                f"{info.label}: {count(info.jobs, 'job')}"
+                + (f", each replayed {copies} times" if copies > 1 else "")
+                + f"; {count(len(cells), 'simulation')} on {where}"
+            )
         )
     t0 = time.perf_counter()
     with _progress(as_json) as progress:
@@ -1137,6 +1165,7 @@ def sweep(
                     "policies": policies,
                     "loads": [c if c is not None else "natural" for c in loads],
                     "seeds": seed_list,
+                    "copies": copies,
                 },
                 "rows": list(iter_rows(summary)),
                 "wall_seconds": wall,

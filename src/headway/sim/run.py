@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from headway.policy.placement import fits_empty, max_nodes_for
 from headway.policy.policies import get_policy
@@ -25,6 +26,21 @@ TOO_BIG = "larger than the cluster"
 NO_SUBMIT = "no submit time"
 NO_GPUS = "no GPU count in the trace"
 REPEATED = "listed again later in the trace (the last listing is replayed, as the store keeps it)"
+
+
+def copies_of(jobs: pa.Table, n: int) -> pa.Table:
+    """The log n times over, for a cluster its own jobs never fill: Alibaba's pods all fit their node
+    list at once, so they never queue and no placement can fragment anything (the FGD paper inflates
+    that workload the same way). Copy k >= 2 of a job is the same job submitted again at the same time,
+    its id suffixed `#k`; `--load` then rescales the arrivals of all of them."""
+    if n < 1:
+        raise ValueError(f"copies must be at least 1, not {n}")
+    if n == 1:
+        return jobs
+    at = jobs.schema.get_field_index("job_id")
+    field, ids = jobs.schema.field(at), jobs.column(at)
+    copies = (pc.binary_join_element_wise(ids, f"#{k}", "") for k in range(2, n + 1))
+    return pa.concat_tables([jobs, *(jobs.set_column(at, field, c) for c in copies)])
 
 
 def default_predictor_factory(seed: int = 0) -> OnlinePredictor:
