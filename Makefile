@@ -38,7 +38,7 @@ native: $(NATIVE_STAMP)
 NATIVE_TESTS := tests/test_native_build.py tests/test_engine.py tests/test_engine_equivalence.py \
 	tests/test_engine_fastpath.py tests/test_engine_helpers.py tests/test_placement.py \
 	tests/test_placement_index.py tests/test_placement_topology.py tests/test_placement_alibaba.py \
-	tests/test_policy.py tests/test_policy_reserve.py tests/test_starvation.py \
+	tests/test_policy.py tests/test_policy_reserve.py tests/test_policy_short.py tests/test_starvation.py \
 	tests/test_sim_predictions.py tests/test_simulate_cli.py tests/test_simulate_parallel.py \
 	tests/test_sweep.py tests/test_local_ordering.py
 

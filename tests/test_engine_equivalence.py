@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from headway.policy import POLICIES, get_policy
+from headway.policy import passes as passes_mod
 from headway.policy import policies as policies_mod
 from headway.policy.placement import PLACEMENTS
 from headway.policy.snapshot import FULL_SHARE, ClusterView, PendingJobs, RunningJobs, Snapshot
@@ -200,10 +201,16 @@ def test_fast_paths_give_the_same_replay_as_the_reference_path(
     policy: str, placement: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fast = replay(policy, placement)
-    monkeypatch.setattr(policies_mod, "SMALL_QUEUE", 0)  # every pass on the vector path
+    _queue_limit(monkeypatch, 0)  # every pass on the vector path
     slow = replay(policy, placement, reference=True)
     assert fast.jobs.equals(slow.jobs) and fast.timeline.equals(slow.timeline)
     assert fast.passes == slow.passes
+
+
+def _queue_limit(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """Where the short-queue forms apply: the pass (passes.py) and impact's ranking (policies.py)."""
+    monkeypatch.setattr(policies_mod, "SMALL_QUEUE", n)
+    monkeypatch.setattr(passes_mod, "SMALL_QUEUE", n)
 
 
 def _snapshot(rng: np.random.Generator, n_pending: int) -> Snapshot:
@@ -313,9 +320,9 @@ def test_a_short_queue_decides_as_the_vector_path(seed: int, monkeypatch: pytest
             for placement in PLACEMENTS:
                 pol = get_policy(name, placement)
                 for s in (snap, one_class):
-                    monkeypatch.setattr(policies_mod, "SMALL_QUEUE", 10**9)
+                    _queue_limit(monkeypatch, 10**9)
                     small = pol.decide(s)
-                    monkeypatch.setattr(policies_mod, "SMALL_QUEUE", 0)
+                    _queue_limit(monkeypatch, 0)
                     vector = pol.decide(s if s is one_class else no_totals)
                     _same(small, vector)
 

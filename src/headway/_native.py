@@ -11,9 +11,14 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 
-# Compiling these three gives ~1.45x the simulator's throughput (docs/simulate.md, "Speed"). The
-# policies are left out: their time is in numpy, and mypyc's dataclasses break their ClassVars.
-NATIVE_MODULES: tuple[str, ...] = ("headway.sim.engine", "headway.policy.placement", "headway.sim.cluster")
+# Compiling the first three gives ~1.45x the simulator's throughput (docs/simulate.md, "Speed"); the
+# policies' shared pass (a function: mypyc's dataclasses break the policies' ClassVars) about 5% more.
+NATIVE_MODULES: tuple[str, ...] = (
+    "headway.sim.engine",
+    "headway.policy.placement",
+    "headway.sim.cluster",
+    "headway.policy.passes",
+)
 
 
 def compiled_modules() -> list[str]:

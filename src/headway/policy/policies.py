@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-from headway.policy.placement import PLACEMENTS, gang_size, place, place_fresh, placeable, scratch_index, take
+from headway.policy.passes import _NO_INTS, HOUR, SMALL_QUEUE, Z90, decide_pass, impact_order
+from headway.policy.placement import PLACEMENTS, gang_size, place, place_fresh, placeable, take
 from headway.policy.snapshot import (
     F64,
     FULL_SHARE,
@@ -31,15 +32,12 @@ from headway.policy.snapshot import (
     Start,
 )
 
-HOUR = 3600.0
 DAY = 86400.0
-_NO_INTS: I64 = np.empty(0, dtype=np.int64)
 _ORDER_ONE: I64 = np.zeros(1, dtype=np.int64)
-for _a in (_NO_INTS, _ORDER_ONE):
-    _a.setflags(write=False)
-_UNLIMITED = 1 << 62
-# Up to this many pending jobs a pass works on plain lists: the same results with fewer numpy calls.
-SMALL_QUEUE = 16
+_ORDER_ONE.setflags(write=False)
+# Whether the shared pass is compiled (headway._native): impact's short-queue scores on plain floats
+# are then several times faster than its numpy form; as plain Python they are not, and stay off.
+_COMPILED = not hasattr(decide_pass, "__code__")
 CLASS_WEIGHT: dict[str, float] = {"low": 0.5, "normal": 1.0, "high": 2.0, "urgent": 4.0}
 # The starvation bound. While a starved job waits at the head nothing may pass it, so a bound shorter
 # than the queue's usual delays turns impact into strict FIFO: on the Philly replay at load 1.0
@@ -147,6 +145,11 @@ class Policy:
         simulator asks it between passes without building a snapshot."""
         return None
 
+    def short_order(self, snap: Snapshot) -> tuple[I64, I64, F64] | None:
+        """(order, tier, score) of a short queue (2 to SMALL_QUEUE jobs) without numpy's per-call cost,
+        exactly as `scores` and the lexsort in `rank` give them; None: use those."""
+        return None
+
     def preemptions(
         self, snap: Snapshot, ranking: Ranking, free: I64, share: I64, started: set[int]
     ) -> tuple[list[int], list[Start]]:
@@ -160,222 +163,20 @@ class Policy:
             # that does not fit, an explanation), as most simulator passes see a queue of one job.
             order = _ORDER_ONE if len(p) else _NO_INTS
             return Ranking.deferred(self.name, order, lambda: self.scores(snap), self.tier_names, p.job_id)
+        if len(p) <= SMALL_QUEUE:
+            short = self.short_order(snap)
+            if short is not None:  # the factors (read only to explain a pass) as `scores` gives them
+                order, tier, score = short
+                compute = partial(self.scores, snap)
+                return Ranking.deferred(self.name, order, compute, self.tier_names, p.job_id, tier, score)
         tier, score, factors = self.scores(snap)
         order = np.lexsort((p.key, p.submit, -score, tier))
         return Ranking(self.name, order.astype(np.int64), score, tier, factors, self.tier_names, p.job_id)
 
     def decide(self, snap: Snapshot) -> Decision:
-        ranking = self.rank(snap)
-        did = f"{self.name}-{snap.seq}"
-        p, view = snap.pending, snap.cluster
-        if len(p) == 0:
-            return Decision(did, snap.now, ranking=ranking, wake_at=self.wake_at(snap))
-        # The scratch free GPUs: the index copies the cluster's arrays on its first `take`, so a pass
-        # that starts only its last job (most simulator passes) copies nothing. Read them from the index.
-        index = scratch_index(view)
-        gpus, max_nodes = p.gpus, p.max_nodes
-        starts: list[Start] = []
-        taken: list[tuple[list[tuple[int, int]], int]] = []  # (gpus used, pending pos) in this pass
-        reservation: Reservation | None = None
-        order = ranking.order
-        small = len(p) <= SMALL_QUEUE
-        preemptive = type(self).preemptions is not Policy.preemptions
-        # Plain lists: per-job numpy scalar reads dominate a pass that starts thousands of jobs, and
-        # a short queue is cheaper in plain Python than in a dozen numpy calls (same values either way).
-        mn_l, gpus_l = max_nodes.tolist(), gpus.tolist()
-        if small:
-            sizes = [gang_size(g) for g in gpus_l]
-            whole_l = [w for w, _ in sizes]
-            milli_l = [m for _, m in sizes]
-            whole = milli = _NO_INTS  # made from the lists only if the backfill phase needs them
-            has_frac = any(milli_l)
-        else:
-            whole = np.where(gpus >= 1.0, np.ceil(gpus - 1e-9), 0).astype(np.int64)
-            milli = np.where((gpus > 0) & (gpus < 1.0), np.maximum(1, np.round(gpus * FULL_SHARE)), 0)
-            milli = milli.astype(np.int64)
-            whole_l, milli_l = whole.tolist(), milli.tolist()
-            has_frac = bool((milli > 0).any())
-
-        any_multi = any(m > 1 for m in mn_l) if small else bool((max_nodes > 1).any())
-
-        def limits() -> tuple[int, int, int]:
-            """Largest free node, free total (-1: not needed, no multi-node job), largest free share
-            (only looked at with fractional jobs)."""
-            fm = index.max_free()
-            # A whole free GPU is a full share; only without one is the largest partial share needed.
-            sm = FULL_SHARE if fm > 0 else (int(index.share.max(initial=0)) if has_frac else 0)
-            return fm, index.total if any_multi else -1, sm
-
-        # Easy mode: which jobs get a reservation when first not to fit (None: every one); the others
-        # are skipped. Asked for only when needed, so a queue of one that fits never computes scores.
-        rmask: npt.NDArray[np.bool_] | None = None
-        fmax, ftot, smax = limits()  # from the live counts until the first take: no pass over nodes
-        if small:
-            # A short queue tries each job in turn, and keeps the limits from before its first take:
-            # upper bounds (free GPUs only shrink in a pass) that skip, with a comparison, placements
-            # that cannot succeed (a congested pass starts one job of a dozen); `place` decides the rest.
-            order_l = order.tolist()
-        else:
-            rmask = self.reserve_mask(ranking) if self.mode == "easy" else None
-            if self.mode == "greedy" or rmask is not None:
-                # Free GPUs only shrink during a pass, so what cannot fit now (and would only be
-                # skipped) is dropped in one step.
-                fits = np.where(whole > 0, whole <= np.where(max_nodes > 1, ftot, fmax), milli <= smax)
-                if rmask is not None:
-                    fits |= rmask
-                order = order[fits[order]]
-            order_l = order.tolist()
-        i, n = 0, len(order_l)
-        strict = False
-        how, mode, keys, jids = self.placement, self.mode, p.key, p.job_id
-        place_sized, take_gpus, max_free = index.place_sized, index.take, index.max_free
-        # Phase 1: in rank order, start what fits until the first job that does not (or all, greedy).
-        # A start is the pass's unit of work (thousands on a long queue): the loop keeps it to list
-        # reads, one index placement and one `take`, with the limits updated in place.
-        while i < n:
-            pos = order_l[i]
-            i += 1
-            w, m = whole_l[pos], mn_l[pos]
-            if w > 0:
-                alloc = place_sized(how, gpus_l[pos], w, 0, m) if w <= (ftot if m > 1 else fmax) else None
-            else:
-                mi = milli_l[pos]
-                alloc = place_sized(how, gpus_l[pos], 0, mi, m) if mi <= smax else None
-            if alloc is not None:
-                starts.append(Start(int(keys[pos]), str(jids[pos]), alloc))
-                if i >= n and not preemptive:
-                    break  # the last job in the order: nothing reads the scratch GPUs after it
-                if small and not preemptive:
-                    # Nor after a start that no later job can follow: none within the limits (upper
-                    # bounds, as free GPUs only shrink in a pass) and none that may hold a reservation.
-                    # The pass ends here without the `take`, which copies the live GPUs' lists.
-                    if mode == "easy" and rmask is None:
-                        rmask = self.reserve_mask(ranking)
-                    if not any(
-                        (
-                            whole_l[q] <= (ftot if mn_l[q] > 1 else fmax)
-                            if whole_l[q] > 0
-                            else milli_l[q] <= smax
-                        )
-                        or (mode == "easy" and (rmask is None or bool(rmask[q])))
-                        for q in order_l[i:]
-                    ):
-                        break
-                taken.append((take_gpus(alloc), pos))
-                if i >= n:
-                    break
-                if not small:  # limits(), inlined: free GPUs only fell on the nodes just taken
-                    fmax = max_free()
-                    smax = FULL_SHARE if fmax > 0 else (int(index.share.max(initial=0)) if has_frac else 0)
-                    if any_multi:
-                        ftot = index.total
-                    if mode == "greedy" and smax <= 0 and not (milli[order[i:]] == 0).any():
-                        break
-                continue
-            if mode == "strict":
-                break
-            if mode == "greedy":
-                continue
-            if small and rmask is None:
-                rmask = self.reserve_mask(ranking)
-            if rmask is not None and not rmask[pos]:
-                continue
-            strict = self.strict_head(ranking, pos)
-            reservation, shadow, slack, counted = self._reserve(
-                snap, pos, whole_l[pos], index.free, index.share, taken
-            )
-            if strict:
-                # A starved head: beyond GPUs it can never use, only a job whose *time limit* (a hard
-                # bound, never a prediction) ends before its planned start may backfill, so its wait
-                # stays bounded by max_wait + the time for GPUs to free + the longest such limit.
-                slack = np.where(view.node_gpus >= max(whole_l[pos], 1), 0, _UNLIMITED)
-                if int(max_nodes[pos]) > 1:
-                    slack = np.zeros_like(view.free)
-                if not math.isfinite(reservation.start):
-                    shadow = -math.inf
-            elif not math.isfinite(reservation.start):
-                slack = np.zeros_like(view.free)
-            spare = np.minimum(index.free, slack)
-            break
-        # Phase 2: backfill behind the reservation (EASY): a job that ends before the reservation's start
-        # may use any free GPU; one that would run past it only the GPUs the reservation will not need.
-        if reservation is not None and self.mode == "easy":
-            if small:
-                whole, milli = np.array(whole_l, dtype=np.int64), np.array(milli_l, dtype=np.int64)
-                fmax, ftot, smax = limits()
-            est = self.pending_estimate(snap)
-            if strict:
-                est = np.where(np.isfinite(p.time_limit), p.time_limit, math.inf)
-            tested = 0
-            cand = order[i:]
-            # Necessary condition (free only shrinks in a pass): filter in one vectorised step.
-            spmax, sptot = int(spare.max(initial=0)), int(spare.sum())
-            wc, multi = whole[cand], max_nodes[cand] > 1
-            before = snap.now + est[cand] <= shadow
-            room = np.where(before, np.where(multi, ftot, fmax), np.where(multi, sptot, spmax))
-            ok = np.where(wc > 0, wc <= room, milli[cand] <= smax)
-            for pos in cand[ok].tolist():
-                if tested >= self.backfill_depth or (fmax == 0 and smax <= 0):  # no free GPU at all
-                    break
-                tested += 1
-                ends_before = snap.now + est[pos] <= shadow
-                w, m = whole_l[pos], mn_l[pos]
-                if w > 0:
-                    cap_max, cap_tot = (fmax, ftot) if ends_before else (spmax, sptot)
-                    if w > (cap_tot if m > 1 else cap_max):
-                        continue
-                elif milli_l[pos] > smax:
-                    continue
-                if ends_before:
-                    alloc = place_sized(how, gpus_l[pos], w, milli_l[pos], m)
-                else:
-                    sh = index.share
-                    if w == 0:
-                        # A share that runs past the reservation may not land on a GPU the plan counts
-                        # on (free by its start) on a node without slack: shown as full to `place`.
-                        blocked = counted & (slack <= 0)[:, None]
-                        if blocked.any():
-                            sh = np.where(blocked, 0, sh)
-                    alloc = place(self.placement, spare, sh, view.rack, view.n_racks, gpus_l[pos], m)
-                if alloc is None:
-                    continue
-                if alloc.frac_gpu < 0:
-                    cost = alloc.counts
-                    if not ends_before and any(
-                        c > spare[nd] for nd, c in zip(alloc.nodes, cost, strict=True)
-                    ):
-                        continue
-                else:
-                    # A share of a GPU the plan counts on by the reservation's start (a free one, or a
-                    # shared one whose sharers end by then) keeps that GPU busy past it: it costs one
-                    # GPU of its node's slack, once.
-                    at = (alloc.nodes[0], alloc.frac_gpu)
-                    cost = (1,) if counted[at] and not ends_before else (0,)
-                    if cost[0]:
-                        counted[at] = False
-                used = index.take(alloc)
-                for nd, c in zip(alloc.nodes, cost, strict=True):
-                    if not ends_before:
-                        slack[nd] -= c
-                    spare[nd] = min(int(spare[nd]) - (0 if ends_before else c), int(slack[nd]))
-                    spare[nd] = min(int(spare[nd]), int(index.free[nd]))
-                taken.append((used, pos))
-                starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc, backfill=True))
-                fmax, ftot, smax = limits()
-                spmax, sptot = int(spare.max(initial=0)), int(spare.sum())
-        if preemptive:
-            started = {s.key for s in starts}
-            free, share = index.writable()
-            preempt, more = self.preemptions(snap, ranking, free, share, started)
-        else:
-            preempt, more = [], []
-        starts.extend(more)
-        wake = self.wake_at(snap)
-        if preemptive and starts:
-            later = self.wake_after(snap, starts)
-            if later is not None and (wake is None or later < wake):
-                wake = later
-        return Decision(did, snap.now, tuple(starts), tuple(preempt), reservation, wake, ranking)
+        """Walk the ranking: start what fits, plan a reservation and backfill around it (passes.py, the
+        loop every policy shares, compiled in a built install)."""
+        return decide_pass(self, snap, type(self).preemptions is not Policy.preemptions)
 
     def _try(
         self, free: I64, share: I64, rack: I64, n_racks: int, gpus: float, max_nodes: int, whole: int
@@ -563,9 +364,6 @@ class SjfOracle(Policy):
         if p.oracle_runtime is None:
             raise ValueError("sjf-oracle needs the true runtimes in the snapshot")
         return np.zeros(len(p), np.int64), -p.oracle_runtime, {"true_runtime_h": p.oracle_runtime / HOUR}
-
-
-Z90 = 1.2815515655446004  # the standard normal's 90th percentile
 
 
 def lognormal_mean(median: F64, p90: F64) -> F64:
@@ -826,6 +624,19 @@ class Impact(Policy):
             raise ValueError(f"reserve must be 'starved' or 'head', not {self.reserve!r}")
         if self.runtime_estimate not in ("mean", "point"):
             raise ValueError(f"runtime_estimate must be 'mean' or 'point', not {self.runtime_estimate!r}")
+
+    def short_order(self, snap: Snapshot) -> tuple[I64, I64, F64] | None:
+        if not (_COMPILED and self.fairshare_power == 1.0 and type(self).inputs is Impact.inputs):
+            return None  # impact-oracle reads the truth: through the vector form
+        default = self.max_wait_s.get("normal", DAY)
+        if len(snap.classes) == 1:
+            weight: list[float] | float = float(self.class_weight.get(snap.classes[0], 1.0))
+            max_wait: list[float] | float = float(self.max_wait_s.get(snap.classes[0], default))
+        else:
+            classes = tuple(snap.classes)
+            weight = _class_values(classes, tuple(self.class_weight.items()), 1.0).tolist()
+            max_wait = _class_values(classes, tuple(self.max_wait_s.items()), default).tolist()
+        return impact_order(snap, weight, max_wait, self.hold_after, self.runtime_estimate == "mean")
 
     def inputs(self, snap: Snapshot) -> tuple[F64, F64, F64]:
         """(p, R, F) per pending job: the predictions (R as `runtime_estimate` says)."""

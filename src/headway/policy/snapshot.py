@@ -182,17 +182,23 @@ class Ranking:
         compute: Callable[[], tuple[I64, F64, dict[str, F64]]],
         tier_names: tuple[str, ...],
         job_id: npt.NDArray[np.object_],
+        tier: I64 | None = None,
+        score: F64 | None = None,
     ) -> Ranking:
-        """A ranking whose order is known without scores; `compute()` gives (tier, score, factors)."""
+        """A ranking whose order is known without (all of) its scores; `compute()` gives (tier, score,
+        factors), of which a `tier` and `score` given here are kept."""
         r = cls.__new__(cls)
         r.policy, r.order, r.tier_names, r.job_id = policy, order, tier_names, job_id
-        r._score = r._tier = r._factors = None
+        r._factors = None
+        r._tier, r._score = tier, score
         r._compute = compute
         return r
 
     def _fill(self) -> None:
         assert self._compute is not None
-        self._tier, self._score, self._factors = self._compute()
+        tier, score, self._factors = self._compute()
+        if self._tier is None or self._score is None:
+            self._tier, self._score = tier, score
         self._compute = None
 
     @property
