@@ -324,3 +324,23 @@ def impact_order(
 def _minimum3(v: float) -> float:
     """np.minimum(v, 3.0): a NaN stays NaN."""
     return v if v != v or v < 3.0 else 3.0
+
+
+def first_deadline(
+    now: float, submits: list[float], klasses: list[int], max_wait: list[float] | float
+) -> float | None:
+    """`Impact._first_deadline`'s loop (compiled with the pass): the earliest submit + max_wait after
+    `now`; `max_wait` one value, or one per class."""
+    best = math.inf
+    found = False
+    if isinstance(max_wait, float):
+        for s in submits:
+            d = s + max_wait
+            if d > now and (d < best or not found):
+                best, found = d, True
+    else:
+        for s, k in zip(submits, klasses, strict=True):
+            d = s + max_wait[k]
+            if d > now and (d < best or not found):
+                best, found = d, True
+    return float(best) if found else None

@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from headway.policy.passes import _NO_INTS, HOUR, SMALL_QUEUE, Z90, decide_pass, impact_order
+from headway.policy.passes import _NO_INTS, HOUR, SMALL_QUEUE, Z90, decide_pass, first_deadline, impact_order
 from headway.policy.placement import PLACEMENTS, gang_size, place, place_fresh, placeable, take
 from headway.policy.snapshot import (
     F64,
@@ -713,23 +713,11 @@ class Impact(Policy):
     ) -> float | None:
         """The earliest starvation deadline after `now`, on plain floats: the same float additions and
         comparisons as the vector form (exact), for a short queue (most passes) in a few list reads."""
-        best = math.inf
-        found = False
+        default = self.max_wait_s.get("normal", DAY)
         if len(classes) == 1:
-            mw = self.max_wait_s.get(classes[0], self.max_wait_s.get("normal", DAY))
-            for s in submits:
-                d = s + mw
-                if d > now and (d < best or not found):
-                    best, found = d, True
-        else:
-            vals = _class_values(
-                tuple(classes), tuple(self.max_wait_s.items()), self.max_wait_s.get("normal", DAY)
-            ).tolist()
-            for s, k in zip(submits, klasses, strict=True):
-                d = s + vals[k]
-                if d > now and (d < best or not found):
-                    best, found = d, True
-        return float(best) if found else None
+            return first_deadline(now, submits, klasses, float(self.max_wait_s.get(classes[0], default)))
+        vals = _class_values(tuple(classes), tuple(self.max_wait_s.items()), default).tolist()
+        return first_deadline(now, submits, klasses, vals)
 
 
 @dataclass(frozen=True)

@@ -493,7 +493,7 @@ class Engine:
             # To the millisecond of GPU time: the last bits depend on when each user's rate changed, so
             # users with the same history could differ by one and that bit, not submit time and key,
             # would break their tie (tests/test_engine.py).
-            np.round(usage, 3, usage)
+            usage.round(3, usage)  # the method: np.round adds two Python frames
             usage_t = now
 
         def stop_running(k: int, now: float) -> None:
