@@ -15,8 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headway.policy import policies as policies_mod
-from headway.policy.passes import impact_order
-from headway.policy.policies import DAY, Impact, _class_values
+from headway.policy.policies import DAY, Impact
 from headway.policy.snapshot import FULL_SHARE, ClusterView, PendingJobs, RunningJobs, Snapshot
 
 NOW = 40 * DAY
@@ -74,19 +73,6 @@ def _snapshot(jobs: list[tuple], usage: list[float], classes: list[str]) -> Snap
     return Snapshot(NOW, 1, pending, running, view, ["u0", "u1", "u2"], classes, u, np.full(3, 1 / 3))
 
 
-def _short(pol: Impact, snap: Snapshot) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """What `Impact.short_order` passes `impact_order`, whichever build runs."""
-    default = pol.max_wait_s.get("normal", DAY)
-    if len(snap.classes) == 1:
-        weight: list[float] | float = float(pol.class_weight.get(snap.classes[0], 1.0))
-        max_wait: list[float] | float = float(pol.max_wait_s.get(snap.classes[0], default))
-    else:
-        c = tuple(snap.classes)
-        weight = _class_values(c, tuple(pol.class_weight.items()), 1.0).tolist()
-        max_wait = _class_values(c, tuple(pol.max_wait_s.items()), default).tolist()
-    return impact_order(snap, weight, max_wait, pol.hold_after, pol.runtime_estimate == "mean")
-
-
 @settings(max_examples=300, deadline=None)
 @given(
     jobs=st.lists(JOB, min_size=2, max_size=16),
@@ -99,7 +85,7 @@ def test_impact_order_is_the_vector_ranking_to_the_last_bit(
 ) -> None:
     pol = Impact(runtime_estimate=estimate)
     snap = _snapshot(jobs, usage, classes)
-    order, tier, score = _short(pol, snap)
+    order, tier, score = pol.order_on_floats(snap)
     want_tier, want_score, _ = pol.scores(snap)
     p = snap.pending
     want_order = np.lexsort((p.key, p.submit, -want_score, want_tier))

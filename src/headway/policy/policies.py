@@ -628,6 +628,11 @@ class Impact(Policy):
     def short_order(self, snap: Snapshot) -> tuple[I64, I64, F64] | None:
         if not (_COMPILED and self.fairshare_power == 1.0 and type(self).inputs is Impact.inputs):
             return None  # impact-oracle reads the truth: through the vector form
+        return self.order_on_floats(snap)
+
+    def order_on_floats(self, snap: Snapshot) -> tuple[I64, I64, F64]:
+        """`passes.impact_order` with this policy's class tables: `short_order` in the compiled build
+        (tests call it in both)."""
         default = self.max_wait_s.get("normal", DAY)
         if len(snap.classes) == 1:
             weight: list[float] | float = float(self.class_weight.get(snap.classes[0], 1.0))
