@@ -43,7 +43,6 @@ def decide_pass(pol: Policy, snap: Snapshot, preemptive: bool) -> Decision:
     reservation: Reservation | None = None
     order = ranking.order
     small = len(p) <= SMALL_QUEUE
-
     # Plain lists: per-job numpy scalar reads dominate a pass that starts thousands of jobs, and
     # a short queue is cheaper in plain Python than in a dozen numpy calls (same values either way).
     mn_l, gpus_l = max_nodes.tolist(), gpus.tolist()
