@@ -104,6 +104,11 @@ def native_extensions() -> list[Any]:
         why = "mypy reported the errors above" if isinstance(e, SystemExit) else f"{type(e).__name__}: {e}"
         print(f"headway: mypyc refused the simulator ({why}); installing plain Python", file=sys.stderr)
         return []
+    if os.name == "posix":  # gcc and clang
+        for ext in exts:
+            # No fused multiply-add: impact's short-queue scores must round each operation as numpy does
+            # (tests/test_policy_short.py), also where CFLAGS target a CPU that has FMA.
+            ext.extra_compile_args = [*ext.extra_compile_args, "-ffp-contract=off"]
     return exts
 
 

@@ -67,15 +67,19 @@ def test_only_the_steps_of_a_build_that_compile_run_mypyc(
     ns = runpy.run_path(str(REPO / "setup.py"), run_name="headway_setup")
     calls: list[list[str]] = []
 
-    def mypycify(paths: list[str], **kw: object) -> list[str]:
+    from setuptools import Extension
+
+    def mypycify(paths: list[str], **kw: object) -> list[Extension]:
         calls.append(paths)
-        return ["ext"]
+        return [Extension("headway_native__mypyc", ["x.c"], extra_compile_args=["-O3"])]
 
     monkeypatch.setitem(sys.modules, "mypyc.build", types.SimpleNamespace(mypycify=mypycify))
     monkeypatch.setattr(sys, "argv", ["setup.py", *argv])
     monkeypatch.delenv("HEADWAY_PURE", raising=False)
-    assert ns["native_extensions"]() == (["ext"] if compiles else [])
-    assert len(calls) == compiles
+    exts = ns["native_extensions"]()
+    assert len(exts) == len(calls) == compiles
+    if compiles:  # each operation rounded as numpy rounds it: no fused multiply-add
+        assert exts[0].extra_compile_args == ["-O3", "-ffp-contract=off"]
 
 
 def test_a_simulator_mypyc_refuses_installs_plain_python_and_says_why(
