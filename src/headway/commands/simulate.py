@@ -422,6 +422,10 @@ def _with_copies(jobs: pa.Table, copies: int) -> pa.Table:
     return copies_of(jobs, copies)
 
 
+def _copies_text(copies: int) -> str:
+    return f", each replayed {copies} times" if copies > 1 else ""
+
+
 # ------------------------------------------------------------------------------------------- formatting
 
 
@@ -885,11 +889,10 @@ def simulate(
     spec = build_cluster(nodes, gpus_per_node, nodes_per_rack, cluster, nodes_file)
     if not as_json:
         info.report()
-        times = f", each replayed {copies} times" if copies > 1 else ""
         err.print(
             plain(
-                f"{info.label}: {count(info.jobs, 'job')} ({info.format}){times}; simulating "
-                f"{', '.join(policies)}"
+                f"{info.label}: {count(info.jobs, 'job')} ({info.format}){_copies_text(copies)}; "
+                f"simulating {', '.join(policies)}"
             )
         )
     results = run_policies(
@@ -1116,9 +1119,8 @@ def sweep(
         where = scheduler or f"a local Dask cluster of {count(workers, 'process', 'processes')}"
         err.print(
             plain(
-                f"{info.label}: {count(info.jobs, 'job')}"
-                + (f", each replayed {copies} times" if copies > 1 else "")
-                + f"; {count(len(cells), 'simulation')} on {where}"
+                f"{info.label}: {count(info.jobs, 'job')}{_copies_text(copies)}; "
+                f"{count(len(cells), 'simulation')} on {where}"
             )
         )
     t0 = time.perf_counter()

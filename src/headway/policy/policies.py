@@ -162,7 +162,7 @@ class Policy:
             # One job (or none) has one order: scores are computed only if someone reads them (a head
             # that does not fit, an explanation), as most simulator passes see a queue of one job.
             order = _ORDER_ONE if len(p) else _NO_INTS
-            return Ranking.deferred(self.name, order, lambda: self.scores(snap), self.tier_names, p.job_id)
+            return Ranking.deferred(self.name, order, partial(self.scores, snap), self.tier_names, p.job_id)
         if len(p) <= SMALL_QUEUE:
             short = self.short_order(snap)
             if short is not None:  # the factors (read only to explain a pass) as `scores` gives them
@@ -306,6 +306,14 @@ def _class_values(classes: tuple[str, ...], table: tuple[tuple[str, float], ...]
     out = np.array([d.get(c, default) for c in classes] or [default], dtype=np.float64)
     out.setflags(write=False)
     return out
+
+
+def _per_class(classes: Sequence[str], table: dict[str, float], default: float) -> list[float] | float:
+    """Each class's value as plain floats (one float when the trace has a single class): what the
+    compiled short-queue loops index by class, the same values `_class_table` gives per job."""
+    if len(classes) == 1:
+        return float(table.get(classes[0], default))
+    return _class_values(tuple(classes), tuple(table.items()), default).tolist()
 
 
 def _class_table(classes: Sequence[str], klass: I64, table: dict[str, float], default: float) -> F64 | float:
@@ -633,14 +641,8 @@ class Impact(Policy):
     def order_on_floats(self, snap: Snapshot) -> tuple[I64, I64, F64]:
         """`passes.impact_order` with this policy's class tables: `short_order` in the compiled build
         (tests call it in both)."""
-        default = self.max_wait_s.get("normal", DAY)
-        if len(snap.classes) == 1:
-            weight: list[float] | float = float(self.class_weight.get(snap.classes[0], 1.0))
-            max_wait: list[float] | float = float(self.max_wait_s.get(snap.classes[0], default))
-        else:
-            classes = tuple(snap.classes)
-            weight = _class_values(classes, tuple(self.class_weight.items()), 1.0).tolist()
-            max_wait = _class_values(classes, tuple(self.max_wait_s.items()), default).tolist()
+        weight = _per_class(snap.classes, self.class_weight, 1.0)
+        max_wait = _per_class(snap.classes, self.max_wait_s, self.max_wait_s.get("normal", DAY))
         return impact_order(snap, weight, max_wait, self.hold_after, self.runtime_estimate == "mean")
 
     def inputs(self, snap: Snapshot) -> tuple[F64, F64, F64]:
@@ -718,11 +720,8 @@ class Impact(Policy):
     ) -> float | None:
         """The earliest starvation deadline after `now`, on plain floats: the same float additions and
         comparisons as the vector form (exact), for a short queue (most passes) in a few list reads."""
-        default = self.max_wait_s.get("normal", DAY)
-        if len(classes) == 1:
-            return first_deadline(now, submits, klasses, float(self.max_wait_s.get(classes[0], default)))
-        vals = _class_values(tuple(classes), tuple(self.max_wait_s.items()), default).tolist()
-        return first_deadline(now, submits, klasses, vals)
+        max_wait = _per_class(classes, self.max_wait_s, self.max_wait_s.get("normal", DAY))
+        return first_deadline(now, submits, klasses, max_wait)
 
 
 @dataclass(frozen=True)
