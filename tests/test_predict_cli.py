@@ -40,8 +40,11 @@ def test_validate_json_reports_folds_of_the_training_period(db: Path) -> None:
     mean = r["mean"]
     assert (
         isinstance(mean, dict)
-        and {"auc_gain", "brier_gain", "ece", "ece_floor", "runtime_gain"} <= mean.keys()
+        and {"auc_gain", "brier_gain", "ece", "ece_floor", "ece_floor_user_day", "runtime_gain"}
+        <= mean.keys()
     )
+    res = runner.invoke(app, ["predict", "validate", "--db", str(db)])
+    assert res.exit_code == 0 and "calibrated model's ece" in res.stdout
 
 
 def test_evaluate_json_has_the_agreed_keys(db: Path) -> None:
@@ -53,6 +56,12 @@ def test_evaluate_json_has_the_agreed_keys(db: Path) -> None:
     assert "within_50pct" in base["runtime"]
     assert "within_50pct" in r["runtime"]  # type: ignore[operator]
     assert r["split"]["test_fraction"] == 0.3  # type: ignore[index]
+    floor = r["noise"]["by_user_day"]["ece_floor"]  # type: ignore[index]
+    assert 0 < floor["mean"] < 1 and 0 <= floor["share_within_goal"] <= 1
+    res = runner.invoke(app, ["predict", "evaluate", "--db", str(db)])
+    assert res.exit_code == 0 and "even a perfectly calibrated model would show ece" in " ".join(
+        res.stdout.split()
+    )
 
 
 def test_train_then_show_a_stored_job_and_a_pending_spec(db: Path, tmp_path: Path) -> None:

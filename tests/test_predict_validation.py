@@ -5,7 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from headway.predict.evaluate import evaluate, noise, split, training_period, user_days, validation_folds
+from headway.predict.evaluate import (
+    block_dependence,
+    correlated_ece_floor,
+    correlated_labels,
+    ece_floor,
+    evaluate,
+    noise,
+    split,
+    training_period,
+    user_days,
+    validation_folds,
+)
 from headway.predict.features import HISTORY_FEATURES, RollingState, build_features
 from headway.predict.model import TrainConfig, fallback_predictions, offsets
 from headway.predict.synthetic import make_history
@@ -127,3 +138,60 @@ def test_validation_of_a_history_with_one_outcome_warns_nothing_and_leaves_the_a
         warnings.simplefilter("error")
         r = validation_folds(build_features(t), 0.3, FAST)
     assert math.isnan(r["mean"]["auc_gain"]) and math.isfinite(r["mean"]["brier_gain"])
+
+
+def _blocks(n_blocks: int, size: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.uniform(0.15, 0.85, n_blocks * size), np.repeat(np.arange(n_blocks), size)
+
+
+def test_correlated_labels_stay_calibrated_and_correlate_within_a_block_as_asked() -> None:
+    p, block = _blocks(40, 5)
+    rng = np.random.default_rng(0)
+    draws = np.array([correlated_labels(p, block, 0.5, rng) for _ in range(4000)], dtype=np.float64)
+    # each job succeeds with probability p: the draws are a perfectly calibrated model's outcomes
+    assert np.abs(draws.mean(axis=0) - p).max() < 0.03
+    same = np.corrcoef(draws[:, 0], draws[:, 1])[0, 1]  # two jobs of block 0
+    apart = np.corrcoef(draws[:, 0], draws[:, 5])[0, 1]  # block 0 and block 1
+    assert same > 0.25 and abs(apart) < 0.06
+
+
+def test_block_dependence_recovers_how_outcomes_were_drawn() -> None:
+    p, block = _blocks(400, 8)
+    rng = np.random.default_rng(1)
+    got = {
+        w: np.mean(
+            [block_dependence(correlated_labels(p, block, w, rng), p, block) for _ in range(20)], axis=0
+        )
+        for w in (0.0, 0.3, 0.6)
+    }
+    assert got[0.0][0] < 0.03 and got[0.0][1] < 0.03
+    # the weight that drew them comes back (residuals are read against the sample's own reliability
+    # curve: close, and low if anything); the pairwise correlation is below it, as p differ in a block
+    assert 0.24 < got[0.3][1] < 0.33 and 0.5 < got[0.6][1] < 0.63
+    assert 0.1 < got[0.3][0] < got[0.3][1] and got[0.3][0] < got[0.6][0] < got[0.6][1]
+    # no block with two jobs (a log without users): nothing to measure
+    one = np.arange(len(p))
+    assert all(np.isnan(block_dependence(correlated_labels(p, one, 0.0, rng), p, one)))
+
+
+def test_a_calibrated_models_ece_grows_with_correlated_outcomes() -> None:
+    p, block = _blocks(150, 12)
+    free = correlated_ece_floor(p, block, 0.0, rounds=200)
+    tied = correlated_ece_floor(p, block, 0.5, rounds=200)
+    assert free["mean"] == pytest.approx(ece_floor(p, rounds=200), abs=0.004)  # weight 0: the usual floor
+    assert tied["mean"] > 1.2 * free["mean"]
+    assert tied["p05"] <= tied["mean"] <= tied["p95"]
+    assert tied["share_within_goal"] < free["share_within_goal"]
+
+
+def test_noise_reports_the_user_day_correlation_and_the_floor_it_sets(frame) -> None:  # type: ignore[no-untyped-def]
+    tf = frame.take(split(frame, 0.3)[1])
+    pred = fallback_predictions(tf.X, tf.time_limit)
+    bl = noise(tf, pred, rounds=50)["by_user_day"]
+    assert 0.0 <= bl["correlation"] <= 1.0
+    assert set(bl["ece_floor"]) == {"mean", "p05", "p95", "share_within_goal"}
+    alone = tf.take(np.arange(len(tf)))
+    alone.user = np.full(len(tf), None, dtype=object)  # no users: every job its own block
+    bl = noise(alone, pred, rounds=50)["by_user_day"]
+    assert bl["correlation"] is None and bl["ece_floor"] is None

@@ -345,6 +345,14 @@ def evaluate(
                 f"{_interval(bl['brier_gain'])}, ece {_interval(bl['ece'], signed=False)}, "
                 f"runtime within 50% gain {_interval(bl['runtime_gain'])}"
             )
+            fl = bl.get("ece_floor")
+            if fl:
+                out.print(
+                    f"their outcomes move together (correlation {bl['correlation']:.2f} within a user-day), "
+                    f"so even a perfectly calibrated model would show ece {fl['mean']:.3f} here "
+                    f"(90%: {fl['p05']:.3f}..{fl['p95']:.3f}; at most 0.03 in {fl['share_within_goal']:.0%} "
+                    "of such test sets)"
+                )
     for claim, ok in report["claims"].items():
         if isinstance(ok, bool):
             out.print(f"{'[green]yes[/]' if ok else '[red]no[/]'}  {claim}", markup=True)
@@ -417,17 +425,22 @@ def validate(
         "auc gain",
         "brier gain",
         "ece",
+        "calibrated model's ece",
         "baseline ece",
         "runtime ±50% gain",
     )
     for col in cols:
         t.add_column(col, justify="right")
-    keys = ("auc_gain", "brier_gain", "ece", "baseline_ece", "runtime_gain")
+    keys = ("auc_gain", "brier_gain", "ece", "ece_floor_user_day", "baseline_ece", "runtime_gain")
     for r in report["folds"]:
         t.add_row(r["fold"], str(r["jobs"]), _fmt(r["success_rate"]), *(_fmt(r[k]) for k in keys))
     m = report["mean"]
     t.add_row("mean", "", "", *(_fmt(m[k]) for k in keys))
     print_table(t)
+    out.print(
+        "calibrated model's ece: what a perfectly calibrated model would show on the fold, with its "
+        "outcomes as correlated within a user-day as the fold's (independent in a log without users)"
+    )
 
 
 def _check_job(db: Path | None, job_id: str, source: str | None, include_cpu: bool) -> None:
