@@ -240,3 +240,26 @@ def test_the_daemon_log_names_the_gpus_nvml_found() -> None:
     assert _gpu_list((0, 2, 3), ("NVIDIA H200", "NVIDIA H200", "NVIDIA A100")) == (
         "0,2,3 (1x NVIDIA A100, 2x NVIDIA H200)"
     )
+
+
+@pytest.fixture
+def berlin(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    import time
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_history_says_which_zone_its_submit_times_are_in(berlin) -> None:  # type: ignore[no-untyped-def]
+    from headway.commands.queue import local_stamps
+
+    winter = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
+    header, cells = local_stamps([winter, winter + 60])
+    assert header == "SUBMIT (CET)" and cells == ["11-14 23:13:20", "11-14 23:14:20"]
+    summer = 1_690_000_000.0  # 2023-07-22 04:26:40 UTC: summer time, another zone name
+    header, cells = local_stamps([winter, summer])
+    assert header == "SUBMIT" and cells == ["11-14 23:13:20 CET", "07-22 06:26:40 CEST"]
+    assert local_stamps([])[0].startswith("SUBMIT (")

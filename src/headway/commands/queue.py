@@ -288,6 +288,18 @@ def logs(
         )
 
 
+def local_stamps(times: list[float]) -> tuple[str, list[str]]:
+    """The SUBMIT column's header and cells in local time, with the zone said once in the header, or on
+    each row when the rows span more than one (a change to or from summer time): a bare local time
+    read as UTC, or the other way round, puts a job hours off."""
+    local = [time.localtime(t) for t in times]
+    zones = {lt.tm_zone for lt in local}
+    if len(zones) <= 1:
+        zone = next(iter(zones)) if zones else time.strftime("%Z")
+        return f"SUBMIT ({zone})", [time.strftime("%m-%d %H:%M:%S", lt) for lt in local]
+    return "SUBMIT", [time.strftime("%m-%d %H:%M:%S %Z", lt) for lt in local]
+
+
 def history(
     limit: Annotated[int, typer.Option(help="How many ended jobs to show (most recent first); 0: all.")] = 50,
     user: Annotated[str | None, typer.Option(help="Only this user's jobs.")] = None,
@@ -303,13 +315,14 @@ def history(
         print_json([_public(j) for j in jobs])
         return
     t = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("JOBID", "NAME", "USER", "STATE", "EXIT", "GPUS", "GPU_IDS", "SUBMIT", "ELAPSED", "WAIT"):
+    submit_col, submitted = local_stamps([j["submit_ts"] for j in jobs])
+    for col in ("JOBID", "NAME", "USER", "STATE", "EXIT", "GPUS", "GPU_IDS", submit_col, "ELAPSED", "WAIT"):
         t.add_column(
             col,
             justify="right" if col in ("JOBID", "EXIT", "GPUS", "ELAPSED", "WAIT") else "left",
             no_wrap=True,
         )
-    for j in jobs:
+    for j, stamp in zip(jobs, submitted, strict=True):
         wait = "-"
         if j.get("start_ts") is not None:
             wait = format_elapsed(j["start_ts"] - j["submit_ts"])
@@ -321,7 +334,7 @@ def history(
             "-" if j["exit_code"] is None else str(j["exit_code"]),
             str(j["gpus"]),
             ",".join(map(str, j["gpu_ids"])) or "-",
-            time.strftime("%m-%d %H:%M:%S", time.localtime(j["submit_ts"])),
+            stamp,
             _elapsed(j, time.time()) if j.get("start_ts") is not None else "-",
             wait,
         )
