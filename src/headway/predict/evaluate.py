@@ -20,7 +20,7 @@ from headway.predict.features import FeatureFrame
 from headway.predict.model import P_CLIP, Calibration, Predictor, TrainConfig
 
 ECE_BINS = 10
-ECE_GOAL = 0.03  # the calibration the claims check (issue 3)
+ECE_GOAL = 0.03  # the calibration the claims check
 
 
 def auc(y: npt.NDArray[np.bool_], p: npt.NDArray[np.float64]) -> float:
@@ -234,7 +234,8 @@ def noise(tf: FeatureFrame, pred: Predictions, rounds: int = BOOTSTRAP, seed: in
     A bootstrap of the test jobs gives 90% intervals of each claim's margin; `ece_floor` is the ECE a
     perfectly calibrated model would still show here (labels drawn from its own probabilities), the
     sampling floor under which ECE cannot be read. `by_user_day` resamples whole user-days instead
-    (`user_days`): outcomes within one are correlated, so job-level intervals are too narrow."""
+    (`user_days`): outcomes within one are correlated, so job-level intervals are too narrow; it also
+    says how correlated (`correlation`) and the ECE floor of a calibrated model with that correlation."""
     rng = np.random.default_rng(seed)
     y = tf.success
     p = pred.p_success
