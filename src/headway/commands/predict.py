@@ -335,7 +335,8 @@ def evaluate(
             f"chance on {sp['test_jobs']:,} test jobs (bootstrap, 90%): auc gain "
             f"{_interval(nz['auc_gain'])}, brier gain {_interval(nz['brier_gain'])}, ece "
             f"{_interval(nz['ece'], signed=False)}, runtime within 50% gain {_interval(nz['runtime_gain'])}; "
-            f"a perfectly calibrated model would show ece {nz['ece_floor']['mean']:.3f} here"
+            f"a perfectly calibrated model would show ece {nz['ece_floor']['mean']:.3f} here "
+            "if jobs were independent"
         )
         bl = nz.get("by_user_day")
         if bl and bl["blocks"] < sp["test_jobs"]:  # with no users each job is its own block: said above
