@@ -41,11 +41,16 @@ def log_loss(y: npt.NDArray[np.bool_], p: npt.NDArray[np.float64]) -> float:
     return float(-np.mean(np.where(y, np.log(pc), np.log(1 - pc)))) if len(y) else math.nan
 
 
+def bin_of(p: npt.NDArray[np.float64], bins: int = ECE_BINS) -> npt.NDArray[np.intp]:
+    """Each prediction's equal-width bin (1.0 in the last)."""
+    return np.minimum((p * bins).astype(np.intp), bins - 1)
+
+
 def reliability(
     y: npt.NDArray[np.bool_], p: npt.NDArray[np.float64], bins: int = ECE_BINS
 ) -> list[dict[str, Any]]:
     """Equal-width probability bins: how many jobs, mean prediction, observed completion rate."""
-    b = np.minimum((p * bins).astype(int), bins - 1)
+    b = bin_of(p, bins)
     rows = []
     for k in range(bins):
         m = b == k
@@ -301,9 +306,9 @@ def block_dependence(
     bin's observed rate is partly taken away with it)."""
     if len(y) == 0:
         return math.nan, math.nan
-    b = np.minimum((p * ECE_BINS).astype(int), ECE_BINS - 1)
-    seen = np.bincount(b, y.astype(np.float64), ECE_BINS) / np.maximum(np.bincount(b, minlength=ECE_BINS), 1)
-    q = np.clip(seen[b], *P_CLIP)
+    rows = reliability(y, p)
+    seen = np.array([r["observed"] if r["jobs"] else 0.0 for r in rows])
+    q = np.clip(seen[bin_of(p)], *P_CLIP)
     v = q * (1.0 - q)
     s_v = np.bincount(block, v)
     excess = float(np.sum(np.bincount(block, y - q) ** 2 - s_v))  # the within-block covariances, summed
