@@ -182,10 +182,12 @@ def test_one_unreadable_file_of_several_stores_the_others_says_which_and_exits_1
     assert code == 1 and "1 of 2 files could not be read" in err and "the other 1 was stored" in err
     with JobStore(db, read_only=True) as s:
         assert s.count() == 2
-    # A file that is not there stops the command before anything is stored.
+    # A file that is not there is named, and never stops the others (a cron job's glob that lost a file).
     db2 = tmp_path / "s2.duckdb"
-    code, _, err = run("ingest", str(good), str(tmp_path / "missing.txt"), "--db", str(db2))
-    assert code == 1 and "no such file" in err and not db2.exists()
+    code, _, err = run("ingest", str(tmp_path / "missing.txt"), str(good), "--db", str(db2))
+    assert code == 1 and "missing.txt: no such file" in err and "the other 1 was stored" in err
+    with JobStore(db2, read_only=True) as s:
+        assert s.count() == 2
 
 
 def test_an_unknown_time_zone_is_refused_for_every_format(tmp_path: Path) -> None:

@@ -189,12 +189,14 @@ def test_local_queue_lists_and_explains_jobs_with_markup_like_names_as_written(
 
 
 EVIL = "\x1b]0;pwned\x07\x1b[31mmallory"  # sets the window title, turns the terminal red
+STORED = EVIL.replace("\x1b", "\ufffd").replace("\x07", "\ufffd")  # as ingest stores it
 
 
-def test_control_characters_in_names_reach_the_terminal_as_visible_escapes(tmp_path: Path) -> None:
+def test_control_characters_in_names_never_reach_the_terminal_raw(tmp_path: Path) -> None:
     """A job name or user is written by whoever submitted the job (`sbatch -J`): an ESC in it reached
     the terminal raw through the audit's tables and advice and simulate's --explain, where it is a
-    command (the window title, colours); it is shown as `\\x1b` now, in the text and in error lines."""
+    command (the window title, colours). Ingest stores such characters as U+FFFD (and says so); what
+    a user types with one (`--explain`) is shown as `\\x1b`."""
     rows = ["id,owner,team,queue,name,status,submitted,started,finished,gpus,limit_h"]
     for i in range(12):
         jid = EVIL if i == 5 else str(i + 1)
@@ -205,16 +207,17 @@ def test_control_characters_in_names_reach_the_terminal_as_visible_escapes(tmp_p
     log.write_text("\n".join(rows) + "\n")
     (tmp_path / "jobs.toml").write_text(MAPPING)
     db = tmp_path / "jobs.duckdb"
-    _ok(["ingest", str(log), "--mapping", str(tmp_path / "jobs.toml"), "--db", str(db)])
-    shown = "\\x1b]0;pwned\\x07\\x1b[31mmallory"
+    text = _ok(["ingest", str(log), "--mapping", str(tmp_path / "jobs.toml"), "--db", str(db)])
+    assert "control characters" in _flat(text) and "\x1b" not in text
     for args in (["audit", "--db", str(db)], ["audit", "--db", str(db), "--by", "name"]):
         text = _ok(args)
         assert "\x1b" not in text and "\x07" not in text
-        assert shown in text and f"{shown}: your jobs use a median" in _flat(text)
-    sim = ["simulate", "--db", str(db), "--nodes", "1", "--policy", "fifo", "--explain", EVIL]
+        assert STORED in text and f"{STORED}: your jobs use a median" in _flat(text)
+    sim = ["simulate", "--db", str(db), "--nodes", "1", "--policy", "fifo", "--explain", STORED]
     text = _ok(sim)
-    assert "\x1b" not in text and f"fifo: job {shown} submitted at" in _flat(text)
+    assert "\x1b" not in text and f"fifo: job {STORED} submitted at" in _flat(text)
     res = runner.invoke(app, ["simulate", "--db", str(db), "--explain", EVIL + "x"])
+    shown = "\\x1b]0;pwned\\x07\\x1b[31mmallory"
     assert res.exit_code == 1 and "\x1b" not in res.stderr and f"no job '{shown}x'" in res.stderr
 
 
@@ -231,22 +234,23 @@ def _evil_store(tmp_path: Path) -> tuple[Path, Path]:
     return log, tmp_path / "jobs.duckdb"
 
 
-def test_ingest_and_predict_show_print_control_characters_as_visible_escapes(tmp_path: Path) -> None:
+def test_ingest_and_predict_show_never_print_control_characters_raw(tmp_path: Path) -> None:
     """ingest and predict called Rich's escape directly: an ESC or BEL in a file name, a user or a job
-    name reached the terminal raw (`predict show` printed the id, user and name as they were stored)."""
+    name reached the terminal raw (`predict show` printed the id, user and name as they were stored).
+    Ingest stores them as U+FFFD now; a file name keeps them and is shown as `\\x1b`."""
     log, db = _evil_store(tmp_path)
     shown = "\\x1b]0;pwned\\x07\\x1b[31mmallory"
     text = _ok(["ingest", str(log), "--mapping", str(tmp_path / "jobs.toml"), "--db", str(db)])
     assert "\x1b" not in text and "\x07" not in text and shown in _flat(text).replace(" ", "")
-    show = _ok(["predict", "show", EVIL, "--db", str(db)])  # no model file: cold-start estimates
+    show = _ok(["predict", "show", STORED, "--db", str(db)])  # no model file: cold-start estimates
     assert "\x1b" not in show and "\x07" not in show
-    assert _flat(show).startswith(f"job {shown} user={shown} name={shown} gpus=1"), show
+    assert _flat(show).startswith(f"job {STORED} user={STORED} name={STORED} gpus=1"), show
     pending = _ok(["predict", "show", "--db", str(db), "--user", EVIL, "--name", EVIL])
     assert "\x1b" not in pending and _flat(pending).startswith(f"pending job user={shown} name={shown}"), (
         pending
     )
-    raw = json.loads(_ok(["predict", "show", EVIL, "--db", str(db), "--json"]))
-    assert raw["job"]["job_id"] == raw["job"]["user"] == raw["job"]["name"] == EVIL  # the data as it is
+    raw = json.loads(_ok(["predict", "show", STORED, "--db", str(db), "--json"]))
+    assert raw["job"]["job_id"] == raw["job"]["user"] == raw["job"]["name"] == STORED
 
 
 def test_local_queue_prints_a_stored_name_with_control_characters_as_visible_escapes(

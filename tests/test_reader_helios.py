@@ -69,7 +69,8 @@ def test_sniff_picks_helios_for_both_shapes_and_refuses_other_csvs(tmp_path: Pat
 
 
 def test_epoch_times_beyond_any_calendar_are_bad_rows_not_year_57972(tmp_path: Path) -> None:
-    """Milliseconds read as seconds were stored in year 57972 (and broke the audit); 14 digits crashed."""
+    """Milliseconds read as seconds were stored in year 57972 (and broke the audit); 14 digits crashed.
+    The submit time makes the row bad; the row names every time it could not read."""
     p = tmp_path / "h.csv"
     p.write_text(
         "job_id,user,gpu_num,state,submit_time,start_time,end_time\n"
@@ -80,8 +81,20 @@ def test_epoch_times_beyond_any_calendar_are_bad_rows_not_year_57972(tmp_path: P
     res = READER.read(p, ReadOptions())
     assert [j.job_id for j in table_to_records(res.table)] == ["3"]
     assert [(b.line, b.reason) for b in res.bad_rows] == [
-        (2, "submit_time: epoch time out of range (read as seconds) ('1767258000000')"),
-        (3, "submit_time: epoch time out of range (read as seconds) ('99999999999999')"),
+        (
+            2,
+            "submit_time: epoch time out of range (read as seconds) ('1767258000000'); "
+            "start_time: epoch time out of range (read as seconds) ('1767258000000'); "
+            "end_time: epoch time out of range (read as seconds) ('1767258060000')",
+        ),
+        (
+            3,
+            "submit_time: epoch time out of range (read as seconds) ('99999999999999'); "
+            "start_time: epoch time out of range (read as seconds) ('99999999999999'); "
+            "end_time: epoch time out of range (read as seconds) ('99999999999999')",
+        ),
     ]
+    # Counted once per column and reason; start and end (stored as null on a kept row) count no row here.
+    assert [(p.column, p.effect, p.count) for p in res.problems] == [("submit_time", "row skipped", 2)]
     with pytest.raises(BadInputError, match=r"h.csv:2: submit_time: epoch time out of range"):
         READER.read(p, ReadOptions(strict=True))

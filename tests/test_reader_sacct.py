@@ -465,7 +465,7 @@ def test_ingest_refuses_options_that_would_be_silently_ignored_or_misread(tmp_pa
     assert "headway-sacct-" not in philly.output and not db.exists()
 
 
-def test_timelimit_fields_out_of_range_are_bad_rows_and_day_hour_forms_read_as_slurm_writes_them(
+def test_timelimit_fields_out_of_range_are_unreadable_and_day_hour_forms_read_as_slurm_writes_them(
     tmp_path: Path,
 ) -> None:
     """`1-25:99:00` was stored as 182340 s and `5:99` as 399 s (the fields were added up whatever their
@@ -481,16 +481,20 @@ def test_timelimit_fields_out_of_range_are_bad_rows_and_day_hour_forms_read_as_s
         "6|COMPLETED|2026-01-01T00:00:00|00:10:00|Partition_Limit\n"
     )
     res = READER.read(p, ReadOptions(tz="UTC"))
-    assert res.bad_row_count == 2
-    assert all("Timelimit: not a duration" in str(b) for b in res.bad_rows)
-    assert any("1-25:99:00" in str(b) for b in res.bad_rows) and any("5:99" in str(b) for b in res.bad_rows)
+    # A time limit is not what the job record needs: the jobs are kept with no limit, and counted.
+    assert res.bad_row_count == 0
+    (problem,) = res.problems
+    assert problem.column == "Timelimit" and problem.reason.startswith("not a duration")
+    assert problem.effect == "stored as null" and problem.count == 2
+    assert [(ln, v) for _, ln, v in problem.examples] == [(2, "1-25:99:00"), (3, "5:99")]
     jobs = _by_id(p, tz="UTC")
-    assert set(jobs) == {"3", "4", "5", "6"}
+    assert set(jobs) == {"1", "2", "3", "4", "5", "6"}
+    assert jobs["1"].time_limit is None and jobs["2"].time_limit is None
     assert jobs["3"].time_limit == 86400 + 2 * 3600 and jobs["4"].time_limit == 86400 + 2 * 3600 + 30 * 60
     assert jobs["5"].time_limit == 90 * 60 and jobs["6"].time_limit is None
 
 
-def test_a_memory_figure_past_an_exabyte_is_a_bad_row_not_a_crash(tmp_path: Path) -> None:
+def test_a_memory_figure_past_an_exabyte_is_stored_as_null_not_a_crash(tmp_path: Path) -> None:
     """ReqMem 999999999999999999999999999999 (MB) overflowed the int64 column: the whole read failed with
     Arrow's 'Float value ... was truncated'."""
     p = tmp_path / "s.txt"
@@ -500,5 +504,6 @@ def test_a_memory_figure_past_an_exabyte_is_a_bad_row_not_a_crash(tmp_path: Path
         "2|COMPLETED|2026-01-01T00:00:00|00:10:00|32G\n"
     )
     res = READER.read(p, ReadOptions(tz="UTC"))
-    assert res.bad_row_count == 1 and "memory: over" in str(res.bad_rows[0])
-    assert _by_id(p, tz="UTC")["2"].mem_mb == 32 * 1024
+    assert res.bad_row_count == 0 and [(p.column, p.count) for p in res.problems] == [("memory", 1)]
+    jobs = _by_id(p, tz="UTC")
+    assert jobs["1"].mem_mb is None and jobs["2"].mem_mb == 32 * 1024

@@ -142,7 +142,11 @@ def test_unreadable_json_is_one_clear_error(tmp_path: Path, text: str, message: 
         READER.read(p, ReadOptions())
 
 
-def test_a_bad_job_record_is_reported_by_number_and_the_others_kept(tmp_path: Path) -> None:
+def test_a_bad_job_record_is_reported_by_number_and_an_unreadable_start_is_stored_as_null(
+    tmp_path: Path,
+) -> None:
+    """A record that is no job, or whose GPU count is no number, is skipped; a start time the job record
+    can do without is stored as null, counted per column, and the job kept."""
     doc = json.loads(SAMPLE.read_text())
     doc["jobs"][1]["time"]["start"] = "yesterday"
     doc["jobs"][2] = ["not", "a", "job"]
@@ -150,11 +154,16 @@ def test_a_bad_job_record_is_reported_by_number_and_the_others_kept(tmp_path: Pa
     text = json.dumps(doc).replace('"count": 16', '"count": NaN', 1)  # Python's json writes and reads NaN
     p.write_text(text)
     res = READER.read(p, ReadOptions())
-    assert res.table.num_rows == 1 and res.bad_row_count == 3
+    assert res.table.num_rows == 2 and res.bad_row_count == 2
     assert [(b.line, b.reason) for b in res.bad_rows] == [
-        (2, "time.start: expected a number, got str"),
         (3, "expected a job object, got list"),
         (4, "tres gres/gpu count: nan is not a finite number"),
+    ]
+    kept = res.table.to_pylist()[1]
+    assert kept["job_id"] == str(doc["jobs"][1]["job_id"]) and kept["start_time"] is None
+    nulled = [p for p in res.problems if p.effect == "stored as null"]
+    assert [(p.column, p.reason, p.count, p.examples[0][1]) for p in nulled] == [
+        ("time.start", "expected a number, got str", 1, 2)
     ]
     with pytest.raises(BadInputError, match=r"mixed.json:2: time.start"):
         READER.read(p, ReadOptions(strict=True))

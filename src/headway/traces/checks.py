@@ -46,5 +46,34 @@ def tidy(res: ReadResult) -> ReadResult:
                 f"{k:,} row(s) without a GPU count: left unknown (the audit counts them as CPU-only, "
                 "simulate leaves them out)"
             )
+    t = _control_characters(t, res)
     res.table = t
     return res
+
+
+# C0 controls (NUL, tab, line breaks, ESC...) and DEL: never stored in a name a terminal, a CSV or a browser
+# shows (an ESC in a job name redrew the audit's terminal; a NUL cut a C string short).
+_CONTROL = r"[\x00-\x1f\x7f]"
+REPLACEMENT = "\ufffd"
+
+
+def _control_characters(t: pa.Table, res: ReadResult) -> pa.Table:
+    """Text fields with control characters get U+FFFD in their place, counted per field in a note."""
+    told = []
+    for f in JOB_SCHEMA:
+        if f.type != pa.string() or f.name == "source" or f.name not in t.column_names:
+            continue
+        col = t.column(f.name)
+        hit = pc.match_substring_regex(col, _CONTROL)
+        k = _count(hit)
+        if not k:
+            continue
+        fixed = pc.replace_substring_regex(col, _CONTROL, REPLACEMENT)
+        t = t.set_column(t.schema.get_field_index(f.name), f.name, fixed)
+        told.append(f"{f.name} {k:,}")
+    if told:
+        res.notes.append(
+            "values with control characters (NUL, line breaks, escapes), stored with U+FFFD in their place: "
+            + ", ".join(told)
+        )
+    return t

@@ -60,11 +60,13 @@ class HeliosReader:
         ):
             v = raw.get(col)
             if v is not None:
-                cols[field_name] = f.timestamp(v, col, TIME_FORMATS, tz, epoch_unit="s")
+                cols[field_name] = f.timestamp(
+                    v, col, TIME_FORMATS, tz, epoch_unit="s", required=col == "submit_time"
+                )
                 provided.add(field_name)
         g = raw.get("gpu_num")
         if g is not None:
-            gpus = f.number(g, "gpu_num")
+            gpus = f.number(g, "gpu_num", required=True)
             f.flag(pc.less(gpus, 0.0), "gpu_num: negative", g)
             cols["gpus"] = gpus
             provided.add("gpus")

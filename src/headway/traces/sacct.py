@@ -223,7 +223,7 @@ class SacctReader:
         for field_name, col in (("submit_time", "Submit"), ("start_time", "Start"), ("end_time", "End")):
             v = raw.get(col)
             if v is not None:
-                cols[field_name] = f.timestamp(v, col, TIME_FORMATS, tz)
+                cols[field_name] = f.timestamp(v, col, TIME_FORMATS, tz, required=col == "Submit")
                 provided.add(field_name)
 
         elapsed = self._elapsed(f, raw)
@@ -325,7 +325,7 @@ class SacctReader:
         enc = pc.dictionary_encode(s)
         parts = pc.extract_regex(enc.dictionary, r"^(?P<code>[0-9]{1,9})(?::(?P<sig>[0-9]{1,9}))?$")
         bad_d = pc.and_(pc.is_valid(enc.dictionary), pc.is_null(parts))
-        f.flag(pc.take(bad_d, enc.indices), "ExitCode: expected CODE:SIGNAL", values)
+        f.soft(pc.take(bad_d, enc.indices), "ExitCode: expected CODE:SIGNAL", values)
         code = pc.take(pc.struct_field(parts, "code").cast(pa.int32()), enc.indices)
         sig = pc.struct_field(parts, "sig")
         sig_d = pc.fill_null(pc.and_(pc.not_equal(sig, ""), pc.not_equal(sig, "0")), False)
@@ -409,7 +409,7 @@ class SacctReader:
             d = enc.dictionary
             parts = pc.extract_regex(d, r"^(?P<v>[0-9]+(?:\.[0-9]+)?)(?P<u>[KMGTP]?)(?P<per>[cn]?)$")
             bad_d = pc.and_(pc.is_valid(d), pc.is_null(parts))
-            f.flag(pc.take(bad_d, enc.indices), "ReqMem: expected a size like 4000M", req_mem)
+            f.soft(pc.take(bad_d, enc.indices), "ReqMem: expected a size like 4000M", req_mem)
             mb_d = pc.multiply(
                 pc.struct_field(parts, "v").cast(pa.float64()), tb.unit_scale(pc.struct_field(parts, "u"))
             )
@@ -438,7 +438,7 @@ class SacctReader:
             return None
         # past int64 it could not even be stored (MAX_MEM_MB)
         huge = found & (out > MAX_MEM_MB)
-        f.flag(huge, f"memory: over {MAX_MEM_MB:,.0f} MB", req_mem)
+        f.soft(huge, f"memory: over {MAX_MEM_MB:,.0f} MB", req_mem)
         return tb.masked(np.round(out), found & ~huge, pa.int64())
 
 

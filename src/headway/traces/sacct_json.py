@@ -13,14 +13,14 @@ import contextlib
 import datetime as dt
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from headway.schema import JOB_SCHEMA, MAX_GPUS, TS, State, conform
-from headway.traces.base import BadInputError, BadRowSink, ReadOptions, ReadResult
+from headway.traces.base import STORED_NULL, BadInputError, BadRowSink, ReadOptions, ReadResult, split_reason
 
 # The schema columns a record fills: every one but `source`.
 _COLUMNS = tuple(n for n in JOB_SCHEMA.names if n != "source")
@@ -196,7 +196,19 @@ def _task_list(array: Mapping[str, Any]) -> str | None:
     return task
 
 
-def _row(job: object, state_map: Mapping[str, State], unknown: dict[str, int]) -> dict[str, Any]:
+def _optional(read: Callable[[], Any], soft: list[str]) -> Any:
+    """A value the job record can do without: None (noted in `soft`) when it cannot be read, so the job
+    is kept rather than skipped."""
+    try:
+        return read()
+    except _Bad as e:
+        soft.append(str(e))
+        return None
+
+
+def _row(
+    job: object, state_map: Mapping[str, State], unknown: dict[str, int], soft: list[str]
+) -> dict[str, Any]:
     if not isinstance(job, dict):
         raise _Bad(f"expected a job object, got {type(job).__name__}")
     state_obj = job.get("state")
@@ -219,17 +231,18 @@ def _row(job: object, state_map: Mapping[str, State], unknown: dict[str, int]) -
         raise _Bad(f"gpus: negative ({gpus:g})")
     if gpus is not None and gpus > MAX_GPUS:
         raise _Bad(f"gpus: over {MAX_GPUS:,} ({gpus:g})")
-    nodes = _number(job.get("allocation_nodes"), "allocation_nodes") or _tres_count(alloc, "node")
+    nodes = _optional(lambda: _number(job.get("allocation_nodes"), "allocation_nodes"), soft)
+    nodes = nodes or _tres_count(alloc, "node")
     nodes = nodes or _tres_count(req, "node")
     cpus = _tres_count(alloc, "cpu") or _tres_count(req, "cpu")
     mem = _tres_count(req, "mem") or _tres_count(alloc, "mem")
-    limit = _number(time.get("limit"), "time.limit")
+    limit = _optional(lambda: _number(time.get("limit"), "time.limit"), soft)
     exit_obj = job.get("exit_code")
     code = None
     if isinstance(exit_obj, dict):
-        code = _number(exit_obj.get("return_code"), "exit_code.return_code")
-    start = _epoch(time.get("start"), "time.start")
-    end = _epoch(time.get("end"), "time.end")
+        code = _optional(lambda: _number(exit_obj.get("return_code"), "exit_code.return_code"), soft)
+    start = _optional(lambda: _epoch(time.get("start"), "time.start"), soft)
+    end = _optional(lambda: _epoch(time.get("end"), "time.end"), soft)
     if start is not None and end is not None and end < start:
         raise _Bad(f"time.end {end:%Y-%m-%dT%H:%M:%S} is before time.start {start:%Y-%m-%dT%H:%M:%S}")
     job_id = _job_id(job)
@@ -297,11 +310,15 @@ def read_sacct_json(
     no_user = with_unix_group = 0
     jobs = doc["jobs"]
     for n, job in enumerate(jobs, start=1):
+        soft: list[str] = []
         try:
-            row = _row(job, state_map, unknown)
+            row = _row(job, state_map, unknown, soft)
         except _Bad as e:
-            sink.add(label, n, str(e))
+            sink.add(label, n, "; ".join([str(e), *soft]))
             continue
+        for reason in soft:
+            column, why = split_reason(reason)
+            sink.problem(column, why, STORED_NULL, 1, [(label, n, None)])
         if row["user"] is None:
             no_user += 1
             with_unix_group += row["_unix_group"] is not None
@@ -346,4 +363,5 @@ def read_sacct_json(
         bad_row_count=sink.count,
         missing_fields=missing,
         notes=notes,
+        problems=sink.problems,
     )

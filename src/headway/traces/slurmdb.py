@@ -72,8 +72,9 @@ class SlurmdbReader:
         cols: dict[str, pa.Array] = {"job_id": self._job_id(f, raw)}
         f.flag(pc.is_null(cols["job_id"]), "id_job: empty")
 
-        code = f.integer(raw.get("state"), "state")
-        f.flag(pc.is_null(code), "state: empty")
+        state_raw = raw.get("state")
+        code = f.integer(state_raw, "state", required=True)
+        f.flag(pc.is_null(f.clean(state_raw)), "state: empty")
         base = pc.bit_wise_and(pc.fill_null(code, 0), 0xFF)
         keys = pa.array(list(STATE_BY_CODE), pa.int64())
         vals = pa.array([s.value for s in STATE_BY_CODE.values()], pa.string())
@@ -98,14 +99,13 @@ class SlurmdbReader:
         ):
             v = raw.get(col)
             if v is not None:
-                cols[field_name] = f.epoch(v, col, "s", zero_is_null=True)
+                cols[field_name] = f.epoch(v, col, "s", zero_is_null=True, required=col == "time_submit")
                 provided.add(field_name)
 
         limit_raw = raw.get("timelimit")
         if limit_raw is not None:
-            minutes = f.integer(limit_raw, "timelimit")
-            none = pc.is_in(minutes, value_set=pa.array([INFINITE32, NO_VAL32], pa.int64()))
-            cols["time_limit"] = pc.if_else(none, pa.scalar(None, pa.int64()), pc.multiply(minutes, 60))
+            minutes = f.integer(limit_raw, "timelimit")  # INFINITE (no limit) and NO_VAL are null
+            cols["time_limit"] = pc.multiply(minutes, 60)
             provided.add("time_limit")
 
         exit_raw = raw.get("exit_code")
@@ -124,6 +124,9 @@ class SlurmdbReader:
         alloc_raw, req_raw = raw.get("tres_alloc"), raw.get("tres_req")
         alloc = tb.explode_pairs(f.text(alloc_raw)) if alloc_raw is not None else None
         req = tb.explode_pairs(f.text(req_raw)) if req_raw is not None else None
+        for kv, name, v in ((alloc, "tres_alloc", alloc_raw), (req, "tres_req", req_raw)):
+            if kv is not None:  # a GPU count that is no number would read as no GPUs
+                f.flag(_gpu_unreadable(kv, options.gpu_tres_ids), f"{name}: a GPU count is not a number", v)
         if alloc is not None or req is not None:
             cols["gpus"], note = self._gpus(f.n, alloc, req, options.gpu_tres_ids)
             notes.append(note)
@@ -147,8 +150,9 @@ class SlurmdbReader:
 
     @staticmethod
     def _job_id(f: tb.Frame, raw: tb.RawColumns) -> pa.Array:
-        """id_job, or `arrayjob_task` (as sacct shows it) for array tasks, when the export says so."""
-        job = f.text(raw.get("id_job"))
+        """id_job, or `arrayjob_task` (as sacct shows it) for array tasks, when the export says so. id_job is
+        read as the integer slurmdbd stores (`1003.0` after pandas is job 1003, not a job named so)."""
+        job = f.integer(raw.get("id_job"), "id_job", required=True, sentinels=False).cast(pa.string())
         arr_job, arr_task = raw.get("id_array_job"), raw.get("id_array_task")
         if arr_job is None or arr_task is None:
             return job
@@ -171,12 +175,7 @@ class SlurmdbReader:
         for kv in (alloc, req):
             if kv is None:
                 continue
-            key_num = pc.cast(
-                pc.if_else(
-                    pc.match_substring_regex(kv.key, r"^[0-9]{1,9}$"), kv.key, pa.scalar(None, pa.string())
-                ),
-                pa.int64(),
-            )
+            key_num = _tres_ids(kv)
             if ids:
                 g, hit = tb.sum_where(kv, pc.is_in(key_num, value_set=pa.array(list(ids), pa.int64())))
             else:
@@ -217,23 +216,71 @@ class SlurmdbReader:
         found = np.zeros(f.n, dtype=bool)
         any_source = values is not None
         if values is not None:
-            # mem_req is an unsigned 64-bit value whose top bit flags "per CPU": read it exactly as uint64.
+            # An unsigned 64-bit value whose top bit flags "per CPU": 19-20 digit integers are read exactly
+            # as uint64 here; everything else (small integers, their float forms, sentinels) by Frame.
             sv = f.clean(values)
-            ok_int = pc.fill_null(pc.match_substring_regex(sv, r"^[0-9]{1,19}$"), False)
-            f.flag(pc.and_(pc.is_valid(sv), pc.invert(ok_int)), "mem_req: not an integer", values)
-            u = pc.if_else(ok_int, sv, pa.scalar("0")).cast(pa.uint64())
+            big = pc.fill_null(pc.match_substring_regex(sv, r"^(?:[0-9]{19}|1[0-8][0-9]{18})$"), False)
+            u = pc.if_else(big, sv, pa.scalar("0")).cast(pa.uint64())
+            none = pc.is_in(u, value_set=pa.array([v for v in tb.SLURM_SENTINELS if v >= 2**62], pa.uint64()))
             flag_bit = pa.scalar(2**63, pa.uint64())
-            per_cpu = pc.greater_equal(u, flag_bit).to_numpy(zero_copy_only=False)
-            low = pc.bit_wise_and(u, pa.scalar(2**63 - 1, pa.uint64()))
-            mb = low.to_numpy(zero_copy_only=False).astype(np.float64)
+            per_cpu = pc.and_(pc.and_(big, pc.invert(none)), pc.greater_equal(u, flag_bit))
+            low = pc.bit_wise_and(u, pa.scalar(2**63 - 1, pa.uint64())).to_numpy(zero_copy_only=False)
+            mb = np.where(big.to_numpy(zero_copy_only=False), low.astype(np.float64), np.nan)
+            big_none = pc.and_(big, none)
+            if pc.any(big_none).as_py():
+                f.note_sentinels(big_none, "mem_req", values)
+                mb[big_none.to_numpy(zero_copy_only=False)] = np.nan
+            # A float at 2**53 or beyond has lost its low bits: the flag and the MB cannot be recovered.
+            floaty = pc.and_(
+                pc.fill_null(pc.match_substring_regex(sv, tb.FLOAT_RE), False),
+                pc.invert(pc.fill_null(pc.match_substring_regex(sv, tb.INT_RE), False)),
+            )
+            fnum = pc.if_else(floaty, sv, pa.scalar(None, pa.string())).cast(pa.float64())
+            rounded = pc.fill_null(pc.greater_equal(pc.abs(fnum), 2.0**53), False)
+            f.soft(
+                rounded,
+                "mem_req: a float-rounded 64-bit value (the MEM_PER_CPU flag and the MB in its low bits are "
+                "lost)",
+                values,
+            )
+            rest = pc.if_else(pc.or_(big, rounded), pa.scalar(None, pa.string()), values)
+            small = f.integer(rest, "mem_req").to_numpy(zero_copy_only=False).astype(np.float64)
+            mb = np.where(np.isnan(mb), small, mb)
             if cpus is not None:
                 c = pc.fill_null(cpus, 0).to_numpy(zero_copy_only=False).astype(np.float64)
-                mb = np.where(per_cpu, mb * c, mb)
+                mb = np.where(per_cpu.to_numpy(zero_copy_only=False), mb * c, mb)
             ok = (mb > 0) & (mb < 2.0**62)
             out[ok] = mb[ok]
             found |= ok
         any_source |= _fill_from_tres(out, found, tres, TRES_MEM)
         return tb.masked(np.round(out), found, pa.int64()) if any_source else None
+
+
+def _tres_ids(kv: tb.KeyValues) -> pa.Array:
+    """The numeric tres id of each pair (null for a key that is no id)."""
+    return pc.cast(
+        pc.if_else(pc.match_substring_regex(kv.key, r"^[0-9]{1,9}$"), kv.key, pa.scalar(None, pa.string())),
+        pa.int64(),
+    )
+
+
+def _gpu_unreadable(kv: tb.KeyValues, ids: tuple[int, ...] | None) -> np.ndarray:
+    """Per row: a GPU pair (`1001=x`) whose count is not a number."""
+    if kv.text is None:
+        return np.zeros(len(kv.rows_of), dtype=bool)
+    key = pc.cast(
+        pc.if_else(
+            pc.match_substring_regex(kv.text, r"^[0-9]{1,9}="),
+            pc.replace_substring_regex(kv.text, r"=.*$", ""),
+            pa.scalar(None, pa.string()),
+        ),
+        pa.int64(),
+    )
+    gpu = pc.is_in(key, value_set=pa.array(list(ids), pa.int64())) if ids else pc.greater_equal(key, 1001)
+    bad = pc.fill_null(pc.and_(gpu, pc.is_null(kv.value)), False).to_numpy(zero_copy_only=False)
+    hit = np.bincount(kv.row[bad], minlength=kv.distinct) > 0
+    out: np.ndarray = hit[kv.rows_of]
+    return out
 
 
 def _max_where(kv: tb.KeyValues, mask: pa.Array) -> tuple[np.ndarray, np.ndarray]:

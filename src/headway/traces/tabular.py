@@ -27,15 +27,27 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headway.schema import JOB_SCHEMA, MAX_GPUS, State, conform
-from headway.traces.base import BadInputError, BadRowSink, ReadOptions, ReadResult
+from headway.traces.base import (
+    EXAMPLES_KEPT,
+    ROW_SKIPPED,
+    STORED_NULL,
+    BadInputError,
+    BadRow,
+    BadRowSink,
+    ReadOptions,
+    ReadResult,
+    split_reason,
+)
 
 CHUNK_BYTES = 16 * 1024 * 1024
 EPOCH_LIMIT_US = 1e17  # epoch times beyond +-3,168 years (in microseconds) are not times
 # Values that mean "no value" in the logs we read (sacct, MySQL dumps, pandas exports).
 NULL_WORDS: tuple[str, ...] = ("", "Unknown", "None", "NULL", "null", "\\N", "N/A", "NaN", "nan", "NaT")
+# ... and in a numeric column, Slurm's words for no limit or none set.
+NUMBER_NULLS: tuple[str, ...] = (*NULL_WORDS, "UNLIMITED", "Partition_Limit", "INVALID")
 
-_INT_RE = r"^[+-]?[0-9]+$"
-_FLOAT_RE = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
+INT_RE = r"^[+-]?[0-9]+$"
+FLOAT_RE = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 
 
 def local_tz_name() -> str:
@@ -218,7 +230,7 @@ def read_delimited(
     pieces: list[tuple[pa.Array | None, list[pa.Array] | None, int]] = []
     line_parts: list[np.ndarray] = []
     bad: list[tuple[int, str]] = []
-    not_utf8 = 0
+    not_utf8 = nul = 0
     first_chunk = True
     for raw, first_line in _chunks(path, progress, quoting):
         try:
@@ -226,7 +238,8 @@ def read_delimited(
         except UnicodeDecodeError:  # read on, but say so: names with such bytes are stored altered
             text = raw.decode("utf-8", errors="replace")
             not_utf8 += text.count("\ufffd")
-        if "\x00" in text:
+        if "\x00" in text:  # the csv module stops a field at a NUL: read as U+FFFD, and said
+            nul += text.count("\x00")
             text = text.replace("\x00", "\ufffd")
         if first_chunk:
             text = text.removeprefix("\ufeff")  # a BOM before a comment line hid the comment mark
@@ -296,6 +309,8 @@ def read_delimited(
     out = RawColumns(file, header, pieces, lines_all, bad)
     if not_utf8:
         out.notes.append(f"{not_utf8:,} bytes are not UTF-8: they were read as U+FFFD (\ufffd)")
+    if nul:
+        out.notes.append(f"{nul:,} NUL bytes: they were read as U+FFFD (\ufffd)")
     return out
 
 
@@ -484,6 +499,55 @@ def head_fields(head: bytes, sep: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------- converting
 
 
+# Slurm's NO_VAL and INFINITE in 32 and 64 bits (slurm.h), and INT64_MAX that some fields use for none.
+SLURM_SENTINELS: tuple[int, ...] = (
+    4294967294,
+    4294967295,
+    18446744073709551614,
+    18446744073709551615,
+    9223372036854775807,
+)
+_INT64_SENTINELS = pa.array([v for v in SLURM_SENTINELS if v < 2**63], pa.int64())
+# A float-rounded sentinel keeps six significant digits at least (`1.84467e+19` from a spreadsheet).
+SENTINEL_REL_TOLERANCE = 5e-6
+
+
+def _is_sentinel(num: pa.Array) -> pa.Array:
+    """Whether each value is one of SLURM_SENTINELS: exactly for integers, to six significant digits
+    for floats (the form pandas and spreadsheets leave them in)."""
+    if pa.types.is_integer(num.type):
+        return pc.is_in(num, value_set=_INT64_SENTINELS)
+    hit = pa.array(np.zeros(len(num), dtype=bool))
+    for v in SLURM_SENTINELS:
+        near = pc.less_equal(pc.abs(pc.subtract(num, float(v))), float(v) * SENTINEL_REL_TOLERANCE)
+        hit = pc.or_(hit, pc.fill_null(near, False))
+    return hit
+
+
+def _shown(v: object) -> str | None:
+    if v is None:
+        return None
+    text = str(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _with_value(message: str, values: pa.Array | None, i: int) -> str:
+    if values is None:
+        return message
+    return f"{message} ({_shown(values[i].as_py())!r})"
+
+
+def _mask(mask: pa.Array | np.ndarray) -> np.ndarray:
+    if isinstance(mask, np.ndarray):
+        return mask
+    out: np.ndarray = pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
+    return out
+
+
+def count_true(mask: pa.Array) -> int:
+    return int(pc.sum(pc.fill_null(mask, False)).as_py() or 0)
+
+
 def with_nulls(values: pa.Array, null_mask: pa.Array) -> pa.Array:
     """`values` with nulls where `null_mask` is true, sharing the string data (no copy)."""
     valid = pc.and_(pc.invert(pc.fill_null(null_mask, False)), pc.is_valid(values))
@@ -506,7 +570,12 @@ class Frame:
         self.trim = trim
         self._fail = np.full(self.n, -1, dtype=np.int32)  # index into _reasons, -1 = fine
         self._reasons: list[tuple[str, pa.Array | None]] = []  # (message, raw values to quote)
-        self._clean: dict[tuple[int, tuple[str, ...]], pa.Array] = {}
+        # Every problem with its rows: those that skip a row (`flag`) and values stored as null (`soft`).
+        self._hard: list[tuple[np.ndarray, str, pa.Array | None]] = []
+        self._soft: list[tuple[np.ndarray, str, pa.Array | None]] = []
+        # Values read as what they mean, per kind: (column, rows, examples), told in one note per kind.
+        self._read_as: dict[str, list[tuple[str, int, list[str]]]] = {}
+        self._clean: dict[tuple[int, tuple[str, ...]], tuple[pa.Array, pa.Array]] = {}
         self.notes: list[str] = []
         self.skip = np.zeros(self.n, dtype=bool)  # rows dropped silently (e.g. job steps)
         self.notes.extend(raw.notes)
@@ -531,21 +600,80 @@ class Frame:
         self.flag(same, "a repeated header line (logs joined together?)")
 
     def flag(self, mask: pa.Array | np.ndarray, message: str, values: pa.Array | None = None) -> None:
-        """Mark rows where `mask` is true as bad with `message` (and the offending raw value)."""
-        m = mask if isinstance(mask, np.ndarray) else pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
-        m = m & (self._fail < 0) & ~self.skip
+        """Mark rows where `mask` is true as bad with `message` (`column: why`) and the offending raw
+        value: for what the job record cannot do without (its id, submit time, state, GPU count)."""
+        m = _mask(mask) & ~self.skip
         if m.any():
-            self._reasons.append((message, values))
-            self._fail[m] = len(self._reasons) - 1
+            self._hard.append((m, message, values))
+            first = m & (self._fail < 0)
+            if first.any():
+                self._reasons.append((message, values))
+                self._fail[first] = len(self._reasons) - 1
+
+    def soft(self, mask: pa.Array | np.ndarray, message: str, values: pa.Array | None = None) -> None:
+        """Count rows where `mask` is true as having an unreadable value that is stored as null: the job
+        is kept (a memory figure or an array id the record can do without never costs the job)."""
+        m = _mask(mask) & ~self.skip
+        if m.any():
+            self._soft.append((m, message, values))
+
+    def bad(self, mask: pa.Array | np.ndarray, message: str, values: pa.Array | None, required: bool) -> None:
+        """`flag` for a required field, `soft` for any other."""
+        (self.flag if required else self.soft)(mask, message, values)
+
+    def count_words(self, values: pa.Array, nulls: Sequence[str], what: str) -> None:
+        """A note for the words that mean no value (UNLIMITED, Unknown, None...) in a numeric column."""
+        words = [w for w in nulls if w]
+        s = pc.utf8_trim_whitespace(values) if self.trim else values
+        hit = pc.is_in(s, value_set=pa.array(words, pa.string()))
+        if not pc.any(hit).as_py():
+            return
+        counts = pc.value_counts(s.filter(pc.and_(hit, pa.array(~self.skip)))).to_pylist()
+        if counts:
+            total = sum(int(c["counts"]) for c in counts)
+            self._tell("words", what, total, [repr(c["values"]) for c in counts])
+
+    def _sentinels(self, num: pa.Array, what: str, values: pa.Array) -> pa.Array:
+        """Slurm's NO_VAL and INFINITE (32 and 64 bits, also float-rounded) as null, with a note."""
+        hit = pc.fill_null(_is_sentinel(num), False)
+        if not pc.any(hit).as_py():
+            return num
+        self.note_sentinels(hit, what, values)
+        return pc.if_else(hit, pa.scalar(None, num.type), num)
+
+    def note_sentinels(self, hit: pa.Array, what: str, values: pa.Array) -> None:
+        k = count_true(pc.and_(hit, pa.array(~self.skip)))
+        if k:
+            shown = pc.unique(pc.utf8_trim_whitespace(values.filter(hit).slice(0, 200))).to_pylist()
+            self._tell("sentinels", what, k, sorted(str(v) for v in shown))
+
+    def _tell(self, kind: str, what: str, rows: int, examples: list[str]) -> None:
+        self._read_as.setdefault(kind, []).append((what, rows, examples))
+
+    def _read_as_notes(self) -> list[str]:
+        """One note per kind of value read as what it means, naming each column with its count."""
+        intro = {
+            "decimals": "integers written as decimals (pandas, R or a spreadsheet wrote the column as "
+            "floats), read as integers",
+            "sentinels": "Slurm's NO_VAL or INFINITE (not set, no limit), read as no value",
+            "words": "words for no value, read as no value",
+        }
+        notes = []
+        for kind, entries in self._read_as.items():
+            parts = [f"{what} {rows:,} ({', '.join(ex[:3])})" for what, rows, ex in entries]
+            notes.append(f"{intro[kind]}: {'; '.join(parts)}")
+        return notes
 
     def clean(self, values: pa.Array, nulls: Sequence[str] = NULL_WORDS) -> pa.Array:
         """Strings with surrounding blanks removed and null words as null (cached per column)."""
         key = (id(values), tuple(nulls))
-        if key not in self._clean:
+        hit = self._clean.get(key)
+        # The array is kept with its result: an id alone is reused once a temporary array is freed.
+        if hit is None or hit[0] is not values:
             s = pc.utf8_trim_whitespace(values) if self.trim else values
             is_null = pc.is_in(s, value_set=pa.array(list(nulls), pa.string()))
-            self._clean[key] = with_nulls(s, is_null)
-        return self._clean[key]
+            hit = self._clean[key] = (values, with_nulls(s, is_null))
+        return hit[1]
 
     def text(self, values: pa.Array | None) -> pa.Array:
         """A string field: trimmed, null words as null."""
@@ -553,44 +681,96 @@ class Frame:
             return pa.nulls(self.n, pa.string())
         return self.clean(values)
 
-    def integer(self, values: pa.Array | None, what: str, *, nulls: Sequence[str] = NULL_WORDS) -> pa.Array:
-        """int64 column; a non-empty value that is not an integer flags the row."""
+    def integer(
+        self,
+        values: pa.Array | None,
+        what: str,
+        *,
+        nulls: Sequence[str] = NUMBER_NULLS,
+        required: bool = False,
+        sentinels: bool = True,
+    ) -> pa.Array:
+        """int64 column. Integers written as floats (`1003.0`, `7.49399e+13`: pandas, R and spreadsheets
+        write integer columns so when they have a gap) are read as integers, with a note; Slurm's NO_VAL
+        and INFINITE are null (`sentinels`); any other value is unreadable: `bad` (null, or a skipped row
+        when `required`)."""
         if values is None:
             return pa.nulls(self.n, pa.int64())
         s = self.clean(values, nulls)
+        self.count_words(values, nulls, what)
         try:
-            return s.cast(pa.int64())
+            out = s.cast(pa.int64())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            pass
-        ok = pc.and_(pc.match_substring_regex(s, _INT_RE), pc.less_equal(pc.utf8_length(s), 18))
-        ok = pc.fill_null(ok, False)
-        self.flag(pc.and_(pc.is_valid(s), pc.invert(ok)), f"{what}: not an integer", values)
-        return pc.if_else(ok, s, pa.scalar(None, pa.string())).cast(pa.int64())
+            out = None
+        if out is not None:
+            return self._sentinels(out, what, values) if sentinels else out
+        is_int = pc.fill_null(pc.match_substring_regex(s, INT_RE), False)
+        short = pc.fill_null(pc.less_equal(pc.utf8_length(pc.utf8_ltrim(s, characters="+-0")), 18), False)
+        exact = pc.and_(is_int, short)
+        ints = pc.if_else(exact, s, pa.scalar(None, pa.string())).cast(pa.int64())
+        is_float = pc.and_(pc.fill_null(pc.match_substring_regex(s, FLOAT_RE), False), pc.invert(exact))
+        num = pc.if_else(is_float, s, pa.scalar(None, pa.string())).cast(pa.float64())
+        sentinel = pa.array(np.zeros(self.n, dtype=bool))
+        if sentinels:
+            sentinel = pc.or_(pc.fill_null(_is_sentinel(ints), False), pc.fill_null(_is_sentinel(num), False))
+            self.note_sentinels(sentinel, what, values)
+            ints = pc.if_else(sentinel, pa.scalar(None, pa.int64()), ints)
+            num = pc.if_else(sentinel, pa.scalar(None, pa.float64()), num)
+        integral = pc.fill_null(pc.equal(num, pc.floor(num)), False)
+        fits = pc.fill_null(pc.less_equal(pc.abs(num), 2.0**53), False)
+        repaired = pc.and_(integral, fits)
+        k = count_true(pc.and_(repaired, pa.array(~self.skip)))
+        if k:
+            self._tell("decimals", what, k, sorted({str(v) for v in s.filter(repaired).to_pylist()[:50]}))
+        lost = pc.and_(integral, pc.invert(fits))
+        self.bad(
+            lost,
+            f"{what}: a float too large to hold an exact integer (rounded by a spreadsheet?)",
+            values,
+            required,
+        )
+        readable = pc.or_(pc.or_(pc.or_(exact, repaired), pc.invert(pc.is_valid(s))), sentinel)
+        self.bad(pc.and_(pc.invert(readable), pc.invert(lost)), f"{what}: not an integer", values, required)
+        from_float = pc.if_else(repaired, num, pa.scalar(None, pa.float64())).cast(pa.int64())
+        return pc.coalesce(ints, from_float)
 
-    def number(self, values: pa.Array | None, what: str, *, nulls: Sequence[str] = NULL_WORDS) -> pa.Array:
-        """float64 column; a non-empty value that is not a finite number flags the row."""
+    def number(
+        self,
+        values: pa.Array | None,
+        what: str,
+        *,
+        nulls: Sequence[str] = NUMBER_NULLS,
+        required: bool = False,
+        sentinels: bool = True,
+    ) -> pa.Array:
+        """float64 column; a non-empty value that is not a finite number is unreadable (`bad`); Slurm's
+        NO_VAL and INFINITE are null (`sentinels`)."""
         if values is None:
             return pa.nulls(self.n, pa.float64())
         s = self.clean(values, nulls)
+        self.count_words(values, nulls, what)
         try:
             out = s.cast(pa.float64())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            ok = pc.fill_null(pc.match_substring_regex(s, _FLOAT_RE), False)
-            self.flag(pc.and_(pc.is_valid(s), pc.invert(ok)), f"{what}: not a number", values)
+            ok = pc.fill_null(pc.match_substring_regex(s, FLOAT_RE), False)
+            self.bad(pc.and_(pc.is_valid(s), pc.invert(ok)), f"{what}: not a number", values, required)
             out = pc.if_else(ok, s, pa.scalar(None, pa.string())).cast(pa.float64())
         finite = pc.fill_null(pc.is_finite(out), True)
         if not pc.all(finite).as_py():
-            self.flag(pc.invert(finite), f"{what}: not a finite number", values)
+            self.bad(pc.invert(finite), f"{what}: not a finite number", values, required)
             out = pc.if_else(finite, out, pa.scalar(None, pa.float64()))
-        return out
+        return self._sentinels(out, what, values) if sentinels else out
 
-    def whole(self, num: pa.Array, what: str, values: pa.Array | None = None) -> pa.Array:
-        """int64 from float64 counts; a fraction or a value beyond 2**53 flags the row."""
+    def whole(
+        self, num: pa.Array, what: str, values: pa.Array | None = None, *, required: bool = False
+    ) -> pa.Array:
+        """int64 from float64 counts; a fraction or a value beyond 2**53 is unreadable (`bad`)."""
         ok = pc.and_(pc.equal(num, pc.floor(num)), pc.less_equal(pc.abs(num), 2.0**53))
-        self.flag(
+        self.bad(
             pc.and_(pc.is_valid(num), pc.invert(pc.fill_null(ok, False))),
             f"{what}: not a whole number",
             values,
+            required,
         )
         return pc.if_else(pc.fill_null(ok, False), num, pa.scalar(None, pa.float64())).cast(pa.int64())
 
@@ -604,6 +784,7 @@ class Frame:
         *,
         ambiguous: str = "earliest",
         check: bool = True,
+        required: bool = False,
     ) -> pa.Array:
         """UTC timestamps from strings in one of `formats` (tried in order); naive ones are in `tz`.
 
@@ -615,6 +796,7 @@ class Frame:
             return pa.nulls(self.n, pa.timestamp("us", tz="UTC"))
         s = self.clean(values)
         out: pa.Array | None = None
+        told = pa.array(np.zeros(self.n, dtype=bool))  # values already found bad as epoch numbers
         if epoch_unit is not None:
             numeric = pc.fill_null(pc.match_substring_regex(s, r"^[0-9]{1,16}(\.[0-9]*)?$"), False)
             if pc.any(numeric).as_py():
@@ -623,9 +805,13 @@ class Frame:
                 in_range = pc.fill_null(pc.less(us, EPOCH_LIMIT_US), True)  # the pattern has no minus sign
                 if check:
                     unit = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}[epoch_unit]
-                    self.flag(
-                        pc.invert(in_range), f"{what}: epoch time out of range (read as {unit})", values
+                    self.bad(
+                        pc.invert(in_range),
+                        f"{what}: epoch time out of range (read as {unit})",
+                        values,
+                        required,
                     )
+                told = pc.invert(in_range)
                 us = pc.if_else(in_range, us, pa.scalar(None, pa.float64()))
                 out = us.cast(pa.int64()).cast(pa.timestamp("us", tz="UTC"))
         for fmt in formats:
@@ -639,34 +825,53 @@ class Frame:
             out = parsed if out is None else pc.coalesce(out, parsed)
         assert out is not None
         if check:
-            self.flag(
-                pc.and_(pc.is_valid(s), pc.is_null(out)), f"{what}: not a time in the expected format", values
+            self.bad(
+                pc.and_(pc.and_(pc.is_valid(s), pc.is_null(out)), pc.invert(told)),
+                f"{what}: not a time in the expected format",
+                values,
+                required,
             )
         return out
 
     def epoch(
-        self, values: pa.Array | None, what: str, unit: str = "s", zero_is_null: bool = True
+        self,
+        values: pa.Array | None,
+        what: str,
+        unit: str = "s",
+        zero_is_null: bool = True,
+        *,
+        required: bool = False,
     ) -> pa.Array:
         """UTC timestamps from epoch numbers in `unit` (s, ms, us); 0 means unset unless told otherwise."""
-        nums = self.number(values, what)
+        nums = self.number(values, what, required=required)
         if zero_is_null:
             nums = pc.if_else(pc.equal(nums, 0.0), pa.scalar(None, pa.float64()), nums)
         scale = {"s": 1_000_000.0, "ms": 1_000.0, "us": 1.0}[unit]
         us = pc.multiply(nums, scale)
         in_range = pc.and_(pc.greater(us, -EPOCH_LIMIT_US), pc.less(us, EPOCH_LIMIT_US))
-        self.flag(pc.invert(in_range), f"{what}: epoch time out of range", values)
+        self.bad(pc.invert(in_range), f"{what}: epoch time out of range", values, required)
         us = pc.if_else(in_range, pc.round(us), pa.scalar(None, pa.float64()))
         return us.cast(pa.int64()).cast(pa.timestamp("us", tz="UTC"))
 
     def per_distinct(
-        self, values: pa.Array, convert: Callable[[pa.Array], tuple[pa.Array, pa.Array | None]], what: str
+        self,
+        values: pa.Array,
+        convert: Callable[[pa.Array], tuple[pa.Array, pa.Array | None]],
+        what: str,
+        *,
+        required: bool = False,
     ) -> pa.Array:
-        """Apply `convert(distinct values) -> (result, bad mask)` once per distinct value, spread to rows."""
+        """Apply `convert(distinct values) -> (result, bad mask)` once per distinct value, spread to rows;
+        a value that `convert` finds bad is null in the result (or skips its row when `required`)."""
         enc = pc.dictionary_encode(values)
         result_d, bad_d = convert(enc.dictionary)
-        if bad_d is not None:
-            self.flag(pc.take(bad_d, enc.indices), what, values)
-        return pc.take(result_d, enc.indices)
+        if bad_d is None:
+            return pc.take(result_d, enc.indices)
+        bad = pc.take(bad_d, enc.indices)
+        self.bad(bad, what, values, required)
+        return pc.if_else(
+            pc.fill_null(bad, False), pa.scalar(None, result_d.type), pc.take(result_d, enc.indices)
+        )
 
     def states(self, words: pa.Array, mapping: dict[str, State], what: str) -> pa.Array:
         """Map words to State values; unmapped non-empty words become UNKNOWN with a note."""
@@ -695,6 +900,42 @@ class Frame:
             self.flag(pc.less(gpus, 0), "GPU count is negative")
             self.flag(pc.greater(gpus, MAX_GPUS), f"GPU count is over {MAX_GPUS:,}")
 
+    def _report(self, sink: BadRowSink) -> None:
+        """Bad rows to the sink in line order, each naming all its problems; every problem counted per
+        column and reason with its first examples (`file:line: value`)."""
+        file, lines = self.raw.file, None
+        keep = (self._fail < 0) & ~self.skip
+        failed = np.nonzero(self._fail >= 0)[0]
+        if len(failed) or self.raw.bad or self._soft:
+            lines = self.raw.lines
+        bad_rows: list[BadRow] = [BadRow(file, ln, why) for ln, why in self.raw.bad]
+        for ln, why in self.raw.bad:
+            sink.problem("(row)", why, ROW_SKIPPED, 1, [(file, ln, None)])
+        every = [*self._hard, *self._soft]
+        for i in failed[: sink.keep + 1].tolist():
+            reasons = [_with_value(message, values, i) for m, message, values in every if m[i]]
+            bad_rows.append(BadRow(file, int(lines[i]), "; ".join(reasons)))  # type: ignore[index]
+        bad_rows.sort(key=lambda b: b.line)
+        for b in bad_rows:
+            sink.row(b)
+        # Rows past the kept examples are only counted.
+        sink.count += max(0, len(failed) - (sink.keep + 1))
+        for effect, entries in ((ROW_SKIPPED, self._hard), (STORED_NULL, self._soft)):
+            for m, message, values in entries:
+                rows = m if effect == ROW_SKIPPED else m & keep
+                k = int(rows.sum())
+                if not k:
+                    continue
+                column, why = split_reason(message)
+                idx = np.nonzero(rows)[0][:EXAMPLES_KEPT]
+                shown: list[str | None] = (
+                    [_shown(v) for v in values.take(pa.array(idx)).to_pylist()]
+                    if values is not None
+                    else [None] * len(idx)
+                )
+                examples = [(file, int(lines[j]), v) for j, v in zip(idx.tolist(), shown, strict=True)]  # type: ignore[index]
+                sink.problem(column, why, effect, k, examples)
+
     def finish(
         self, columns: dict[str, pa.Array], options: ReadOptions, fmt: str, sink: BadRowSink | None = None
     ) -> tuple[pa.Table, BadRowSink]:
@@ -708,22 +949,10 @@ class Frame:
                 and col.type != pa.int32()
             ):
                 fits = pc.and_(pc.greater_equal(col, -(2**31)), pc.less(col, 2**31))
-                self.flag(pc.invert(fits), f"{name}: value too large")
+                self.soft(pc.invert(fits), f"{name}: value too large")
                 columns[name] = pc.if_else(fits, col, pa.scalar(None, col.type))
-        bad_lines: list[tuple[int, str]] = list(self.raw.bad)
-        failed = np.nonzero(self._fail >= 0)[0]
-        for i in failed[: sink.keep + 1].tolist():
-            message, values = self._reasons[int(self._fail[i])]
-            if values is not None:
-                v = values[i].as_py()
-                shown = v if v is None or len(v) <= 60 else v[:57] + "..."
-                message = f"{message} ({shown!r})"
-            bad_lines.append((int(self.raw.lines[i]), message))
-        bad_lines.sort()
-        for ln, reason in bad_lines:
-            sink.add(self.raw.file, ln, reason)
-        # Rows past the kept examples are only counted.
-        sink.count += max(0, len(failed) - (sink.keep + 1))
+        self._report(sink)
+        self.notes.extend(self._read_as_notes())
         keep = (self._fail < 0) & ~self.skip
         for unknown, words, what in self._unknown:
             stored = unknown & keep
@@ -759,6 +988,7 @@ def result(
         bad_row_count=sink.count,
         missing_fields=missing,
         notes=[*frame.notes, *extra_notes],
+        problems=sink.problems,
     )
 
 
@@ -772,7 +1002,7 @@ def first_word_upper(values: pa.Array) -> pa.Array:
     return pc.take(d, enc.indices)
 
 
-DURATION_NULLS: tuple[str, ...] = (*NULL_WORDS, "UNLIMITED", "Partition_Limit", "INVALID")
+DURATION_NULLS = NUMBER_NULLS
 _DURATION_RE = (
     r"^(?:(?P<d>[0-9]{1,6})-)?(?P<a>[0-9]{1,9})(?::(?P<b>[0-9]{1,9}))?(?::(?P<c>[0-9]{1,9}(?:\.[0-9]+)?))?$"
 )
@@ -808,9 +1038,10 @@ def _durations(s: pa.Array) -> tuple[pa.Array, pa.Array]:
 
 def duration_seconds(frame: Frame, values: pa.Array | None, what: str) -> pa.Array:
     """Slurm durations `[D-]HH:MM:SS`, `MM:SS`, `MM` (minutes), `D-HH`, `D-HH:MM` to seconds; UNLIMITED etc.
-    are null. A field out of range flags the row, as text that is no duration does."""
+    are null. A field out of range is unreadable, as text that is no duration is (null, the job kept)."""
     if values is None:
         return pa.nulls(frame.n, pa.int64())
+    frame.count_words(values, DURATION_NULLS, what)
     s = frame.clean(values, DURATION_NULLS)
     return frame.per_distinct(
         s,
@@ -864,7 +1095,7 @@ def explode_pairs(values: pa.Array) -> KeyValues:
     kv = pc.extract_regex(flat, r"^(?P<k>[^=]+)=(?P<v>[0-9.]+)(?P<u>[KMGTP]?)$")
     key = pc.struct_field(kv, "k")
     num = pc.struct_field(kv, "v")
-    num = pc.if_else(pc.match_substring_regex(num, _FLOAT_RE), num, pa.scalar(None, pa.string()))
+    num = pc.if_else(pc.match_substring_regex(num, FLOAT_RE), num, pa.scalar(None, pa.string()))
     val = pc.multiply(num.cast(pa.float64()), unit_scale(pc.struct_field(kv, "u")))
     return KeyValues(rows, key, val, enc.indices.to_numpy(zero_copy_only=False), len(enc.dictionary), flat)
 
