@@ -1,19 +1,23 @@
 """Any CSV job log plus a TOML mapping that says which column is which field (docs/csv-mapping.md).
 
 The mapping names schema fields and where each comes from: a column, an arithmetic expression over
-numeric columns (`gpu_per_node * nodes`), or a constant. It also gives the delimiter, the time format
-(strftime, or epoch seconds/ms/us), the time zone of naive times, units, and a state value map.
-Every mapping error names the mapping file and the key.
+numeric columns (`gpu_per_node * nodes`), a count inside a Slurm TRES string column
+(`{ column = "tres_alloc", tres = "gres/gpu" }`), or a constant. It also gives the delimiter, the time
+format (strftime, or epoch seconds/ms/us), the time zone of naive times, units, the names of numeric TRES
+ids, and a state value map. Every mapping error names the mapping file and the key.
 """
 
 from __future__ import annotations
 
 import ast
+import csv
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -37,7 +41,26 @@ _FORMAT_KEYS = {
     "time_limit_unit",
     "mem_unit",
     "comment",
+    "tres_ids",
 }
+_FIELD_KEYS = {"column", "time_format", "epoch_unit", "tres", "null_values"}
+# Fields that can be read as a count inside a TRES string (`tres = "gres/gpu"`).
+TRES_FIELDS = ("gpus", "cpus", "mem_mb", "nodes")
+# Slurm's fixed TRES ids (src/common/slurmdb_defs.h: TRES_CPU = 1 ... TRES_PAGES = 8); gres, license and
+# burst-buffer TRES get site-specific ids from 1001 on, which only the cluster's tres_table can name.
+SLURM_TRES_IDS: dict[str, str] = {
+    "1": "cpu",
+    "2": "mem",
+    "3": "energy",
+    "4": "node",
+    "5": "billing",
+    "6": "fs/disk",
+    "7": "vmem",
+    "8": "pages",
+}
+# Slurm's 64-bit NO_VAL (0xfffffffffffffffe) and INFINITE: "not set", not a count; any value this big is.
+TRES_NO_VALUE = 2.0**63
+_TRES_NULLS = ("", "NULL", "null", "\\N", "None")
 
 
 @dataclass(slots=True)
@@ -47,6 +70,9 @@ class FieldSource:
     constant: Any = None
     time_format: str | None = None
     epoch_unit: str | None = None
+    tres: str | None = None  # read the count of this TRES (lower case) from the column's TRES string
+    columns: tuple[str, ...] = ()  # with `tres`: every column to look in, first listed first
+    null_values: tuple[str, ...] = ()  # raw values (after trimming) that mean "no value" in this column
 
 
 @dataclass(slots=True)
@@ -62,6 +88,7 @@ class Mapping:
     fields: dict[str, FieldSource] = field(default_factory=dict)
     states: dict[str, State] = field(default_factory=dict)
     unmapped_state: State = State.UNKNOWN
+    tres_ids: dict[str, str] = field(default_factory=lambda: dict(SLURM_TRES_IDS))  # id -> TRES name
 
 
 def _err(m_path: Path, key: str, msg: str) -> BadInputError:
@@ -90,7 +117,9 @@ def load_mapping(path: Path) -> Mapping:
     for key, value in fmt.items():
         if key not in _FORMAT_KEYS:
             raise _err(path, f"format.{key}", f"unknown key (known: {', '.join(sorted(_FORMAT_KEYS))})")
-        if not isinstance(value, str):
+        if key == "tres_ids":
+            m.tres_ids.update(_tres_ids(path, value))
+        elif not isinstance(value, str):
             raise _err(path, f"format.{key}", "must be a string")
     if "delimiter" in fmt:
         d = fmt["delimiter"].replace("\\t", "\t")
@@ -168,16 +197,34 @@ def _state(path: Path, key: str, value: Any) -> State:
 
 def _field_source(path: Path, key: str, name: str, spec: Any) -> FieldSource:
     if isinstance(spec, dict):
-        allowed = {"column", "time_format", "epoch_unit"}
-        extra = set(spec) - allowed
+        extra = set(spec) - _FIELD_KEYS
         if extra:
             raise _err(
-                path, f"{key}.{sorted(extra)[0]}", f"unknown key (known: {', '.join(sorted(allowed))})"
+                path, f"{key}.{sorted(extra)[0]}", f"unknown key (known: {', '.join(sorted(_FIELD_KEYS))})"
             )
         col = spec.get("column")
-        if not isinstance(col, str) or not col:
-            raise _err(path, f"{key}.column", "must name a column")
-        src = FieldSource(column=col)
+        tres = spec.get("tres")
+        if tres is not None:
+            if name not in TRES_FIELDS:
+                raise _err(
+                    path, f"{key}.tres", f"only {', '.join(TRES_FIELDS)} can be read from TRES strings"
+                )
+            if not isinstance(tres, str) or not tres.strip() or "=" in tres or "," in tres:
+                raise _err(path, f"{key}.tres", 'must name one TRES, such as "gres/gpu", "cpu" or "mem"')
+        given = col if isinstance(col, list) and tres is not None else [col]
+        cols = [c for c in given if isinstance(c, str) and c]
+        if not cols or len(cols) != len(given):
+            hint = " (a list of columns only with tres)" if isinstance(col, list) else ""
+            raise _err(path, f"{key}.column", f"must name a column{hint}")
+        src = FieldSource(column=cols[0])
+        if tres is not None:
+            src.tres = tres.strip().lower()
+            src.columns = tuple(cols)
+        if "null_values" in spec:
+            nv = spec["null_values"]
+            if not isinstance(nv, list) or not all(isinstance(v, str | int | float) for v in nv):
+                raise _err(path, f"{key}.null_values", 'must be a list of values, such as ["0", "-1"]')
+            src.null_values = tuple(str(v).strip() for v in nv)
         if "time_format" in spec or "epoch_unit" in spec:
             if name not in TIME_FIELDS:
                 raise _err(path, key, "time_format/epoch_unit only apply to time fields")
@@ -189,6 +236,58 @@ def _field_source(path: Path, key: str, name: str, spec: Any) -> FieldSource:
     if not isinstance(spec, str) or not spec.strip():
         raise _err(path, key, "must be a column name (string) or a table {column = ...}")
     return FieldSource(column=spec)
+
+
+def _tres_ids(path: Path, spec: Any) -> dict[str, str]:
+    """TRES id -> name, from an inline table `{ 1001 = "gres/gpu" }` or a file path: numeric TRES strings
+    (`1001=8`, as slurmdbd stores them) mean nothing without the cluster's own id table."""
+    key = "format.tres_ids"
+    if isinstance(spec, dict):
+        out: dict[str, str] = {}
+        for k, v in spec.items():
+            if not re.fullmatch(r"[0-9]{1,9}", k):
+                raise _err(path, f"{key}.{k}", "a TRES id is a number")
+            if not isinstance(v, str) or not v.strip():
+                raise _err(path, f"{key}.{k}", 'must be a TRES name, such as "gres/gpu:a100"')
+            out[str(int(k))] = v.strip().lower()
+        return out
+    if not isinstance(spec, str) or not spec.strip():
+        raise _err(path, key, "must be a table { id = name } or the path of a tres_table export")
+    return _tres_table(path, key, path.parent / Path(spec).expanduser())
+
+
+def _tres_table(m_path: Path, key: str, table: Path) -> dict[str, str]:
+    """Read slurmdbd's `tres_table` as exported (CSV or tab-separated, columns id, type, name): the
+    name of a TRES is `type/name` (`gres/gpu:a100`), or `type` alone when name is empty (`cpu`)."""
+    try:
+        text = table.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+        raise _err(m_path, key, f"cannot read the TRES id table {table}: {why}") from e
+    first = text.split("\n", 1)[0]
+    sep = "\t" if "\t" in first and "," not in first else ","
+    rows = csv.reader(text.splitlines(), delimiter=sep)
+    header = [h.strip().lower() for h in next(rows, [])]
+    lacking = [c for c in ("id", "type") if c not in header]
+    if lacking:
+        raise _err(m_path, key, f"{table}: no {lacking[0]} column (a tres_table has id, type, name)")
+    i_id, i_type = header.index("id"), header.index("type")
+    i_name = header.index("name") if "name" in header else None
+    out = {}
+    for line, row in enumerate(rows, start=2):
+        if not any(c.strip() for c in row):
+            continue
+        if len(row) != len(header):
+            raise _err(m_path, key, f"{table}:{line}: expected {len(header)} fields, found {len(row)}")
+        ident, typ = row[i_id].strip(), row[i_type].strip().lower()
+        whole = re.fullmatch(r"([0-9]{1,9})(\.0*)?", ident)  # a spreadsheet may write 1001 as 1001.0
+        if whole is None:
+            raise _err(m_path, key, f"{table}:{line}: id {ident!r} is not a number")
+        if not typ:
+            raise _err(m_path, key, f"{table}:{line}: empty type")
+        name = row[i_name].strip() if i_name is not None else ""
+        out[str(int(whole.group(1)))] = f"{typ}/{name.lower()}" if name not in _TRES_NULLS else typ
+    return out
 
 
 def _expression(path: Path, key: str, text: str) -> ast.expr:
@@ -233,16 +332,26 @@ class CsvMapReader:
         by_lower = {h.lower(): h for h in raw.names}
         by_ident = {tb.ident(h): h for h in raw.names}
 
-        def column(key: str, name: str) -> pa.Array:
+        # Columns with a field's null_values applied, kept for the whole read: Frame caches conversions by
+        # the array's id, which a freed array's successor could otherwise reuse.
+        nulled: dict[tuple[str, tuple[str, ...]], pa.Array] = {}
+
+        def column(key: str, name: str, null_values: tuple[str, ...] = ()) -> pa.Array:
             v = raw.get(name)
             if v is None:
                 raise _err(
                     m.path, key, f"no column {name!r} in {path} (columns: {', '.join(raw.names[:20])})"
                 )
-            return v
+            if not null_values:
+                return v
+            if (name, null_values) not in nulled:
+                is_null = pc.is_in(pc.utf8_trim_whitespace(v), value_set=pa.array(null_values, pa.string()))
+                nulled[name, null_values] = tb.with_nulls(v, is_null)
+            return nulled[name, null_values]
 
         f = tb.Frame(raw)
         cols: dict[str, pa.Array] = {}
+        tres = _TresColumns(f, m.tres_ids)
         for fname, src in m.fields.items():
             key = f"fields.{fname}"
             if src.constant is not None:
@@ -257,20 +366,26 @@ class CsvMapReader:
             assert src.column is not None
             name = src.column
             is_column = name.lower() in by_lower
-            if fname in TEXT_FIELDS:
-                cols[fname] = f.text(column(key, name))
+            if src.tres is not None:
+                found = [(c, column(key, c, src.null_values)) for c in src.columns]
+                gpus = fname == "gpus"
+                num = tres.count(found, src.tres, zero_if_absent=gpus, required=gpus)
+                cols[fname] = f.whole(pc.round(num), name) if fname in INT_FIELDS else num
+            elif fname in TEXT_FIELDS:
+                cols[fname] = f.text(column(key, name, src.null_values))
                 if fname == "job_id":
                     f.flag(pc.is_null(cols[fname]), f"{name}: empty job id")
             elif fname in TIME_FIELDS:
-                v = column(key, name)
+                v = column(key, name, src.null_values)
                 tf = src.time_format or m.time_format
                 unit = src.epoch_unit or m.epoch_unit
+                need = fname == "submit_time"  # the one time the job record cannot do without
                 if tf == "epoch":
-                    cols[fname] = f.epoch(v, name, unit, zero_is_null=False)
+                    cols[fname] = f.epoch(v, name, unit, zero_is_null=False, required=need)
                 else:
-                    cols[fname] = f.timestamp(v, name, (tf,), tz)
+                    cols[fname] = f.timestamp(v, name, (tf,), tz, required=need)
             elif fname == "state":
-                words = pc.utf8_upper(f.text(column(key, name)))
+                words = pc.utf8_upper(f.text(column(key, name, src.null_values)))
                 f.flag(pc.is_null(words), f"{name}: empty state")
                 mapping = dict(STATE_MAP) if not m.states else {}
                 mapping.update({s.value: s for s in State})
@@ -280,16 +395,17 @@ class CsvMapReader:
                     words = pc.if_else(keys, words, pa.scalar(m.unmapped_state.value))
                 cols["state"] = f.states(words, mapping, f"state in column {name!r} (map it in [states])")
             else:
+                need = fname == "gpus"  # without it the job's GPU-hours are unknown: a bad row
                 if is_column:
-                    num = f.number(column(key, name), name)
+                    num = f.number(column(key, name, src.null_values), name, required=need)
                 else:
-                    num = self._evaluate(f, m.path, key, name, by_ident, by_lower)
+                    num = self._evaluate(f, m.path, key, name, by_ident, by_lower, required=need)
                 if fname == "time_limit":
                     num = pc.multiply(num, float(TIME_LIMIT_UNITS[m.time_limit_unit]))
                 if fname == "mem_mb":
                     num = pc.multiply(num, float(MEM_UNITS[m.mem_unit]))
                 if fname in INT_FIELDS:
-                    num = f.whole(pc.round(num), name)
+                    num = f.whole(pc.round(num), name, required=need)
                     if fname == "exit_code":
                         num = f.whole(
                             pc.if_else(pc.less(pc.abs(num), 2**31), num, pa.scalar(None, pa.int64())), name
@@ -299,13 +415,21 @@ class CsvMapReader:
         if "state" not in cols:
             raise _err(m.path, "fields.state", "required")
         table, sink = f.finish(cols, options, self.name)
-        return tb.result(table, self.name, f, sink, provided)
+        return tb.result(table, self.name, f, sink, provided, tres.notes)
 
     @staticmethod
     def _evaluate(
-        f: tb.Frame, m_path: Path, key: str, text: str, by_ident: dict[str, str], by_lower: dict[str, str]
+        f: tb.Frame,
+        m_path: Path,
+        key: str,
+        text: str,
+        by_ident: dict[str, str],
+        by_lower: dict[str, str],
+        *,
+        required: bool = False,
     ) -> pa.Array:
-        """Evaluate a numeric expression over columns, vectorized; a bad value flags the row."""
+        """Evaluate a numeric expression over columns, vectorized; a bad value makes the result null (and
+        flags the row when the field is `required`)."""
         tree = _expression(m_path, key, text)
 
         def ev(node: ast.expr) -> pa.Array | float:
@@ -317,7 +441,7 @@ class CsvMapReader:
                     raise _err(m_path, key, f"expression {text!r}: no column named {node.id!r}")
                 values = f.raw.get(col)
                 assert values is not None
-                return f.number(values, col)
+                return f.number(values, col, required=required)
             if isinstance(node, ast.UnaryOp):
                 inner = ev(node.operand)
                 return pc.negate(inner) if isinstance(node.op, ast.USub) else inner
@@ -339,6 +463,77 @@ class CsvMapReader:
         if isinstance(out, float):
             return pa.array([out] * f.n, pa.float64())
         return out.cast(pa.float64())
+
+
+class _TresColumns:
+    """Counts read from Slurm TRES string columns (`cpu=8,gres/gpu:a100=8,gres/gpu=8,mem=62.50G` or, as
+    slurmdbd stores them, `1=8,1001=8,1002=8,2=64000`). Each column is exploded once, per distinct string,
+    however many fields read it; numeric ids are named through the mapping's TRES id table."""
+
+    def __init__(self, frame: tb.Frame, ids: dict[str, str]) -> None:
+        self.frame = frame
+        self.ids = ids
+        self.notes: list[str] = []
+        # (column, id of its values) -> (values, pairs, names); holding the values keeps their id unique.
+        self._cache: dict[tuple[str, int], tuple[pa.Array, tb.KeyValues, pa.Array]] = {}
+
+    def _pairs(self, name: str, values: pa.Array) -> tuple[tb.KeyValues, pa.Array]:
+        """The column's pairs and each pair's TRES name (lower case, ids replaced by their names)."""
+        ck = (name, id(values))
+        if ck not in self._cache:
+            kv = tb.explode_pairs(self.frame.text(values))
+            text = kv.text if kv.text is not None else kv.key
+            # The key as written, also for pairs whose value is no number (those have no kv.key).
+            key = pc.utf8_lower(pc.utf8_trim_whitespace(pc.replace_substring_regex(text, r"=.*$", "")))
+            idx = pc.index_in(key, value_set=pa.array(list(self.ids), pa.string()))
+            named = pc.take(pa.array(list(self.ids.values()), pa.string()), idx)
+            unnamed = pc.and_(pc.is_null(idx), pc.match_substring_regex(key, r"^[0-9]+$"))
+            if pc.any(unnamed).as_py():
+                shown = sorted(pc.unique(key.filter(unnamed)).to_pylist(), key=int)
+                more = ", ..." if len(shown) > 5 else ""
+                self.notes.append(
+                    f"{name}: TRES ids {', '.join(shown[:5])}{more} have no name (give them one in "
+                    "format.tres_ids); their counts were not read"
+                )
+            self._cache[ck] = (values, kv, pc.coalesce(named, key))
+        _, kv, names = self._cache[ck]
+        return kv, names
+
+    def count(
+        self, columns: list[tuple[str, pa.Array]], want: str, *, zero_if_absent: bool, required: bool
+    ) -> pa.Array:
+        """Per row, the count of TRES `want` from the first column that lists it (float64).
+
+        Slurm lists a GPU twice, untyped and typed (`gres/gpu=8,gres/gpu:a100=8`): the exact name is
+        taken when present, else the sum of its typed forms (`want:*`), so it is counted once. A value
+        that is Slurm's NO_VAL is no count. A listed entry whose value is not a number is not read as
+        absent: it flags the row when `required` (the GPU count, without which the job's GPU-hours are
+        wrong), else it is null with a note. Rows where no column lists it are null, or 0 with
+        `zero_if_absent` (a TRES string without a GPU means the job got none, as the sacct reader says).
+        """
+        f = self.frame
+        out = np.zeros(f.n, dtype=np.float64)
+        found = np.zeros(f.n, dtype=bool)
+        for name, values in columns:
+            kv, names = self._pairs(name, values)
+            exact = pc.fill_null(pc.equal(names, want), False)
+            typed = pc.fill_null(pc.starts_with(names, want + ":"), False)
+            usable = pc.invert(pc.fill_null(pc.greater_equal(kv.value, TRES_NO_VALUE), False))
+            untyped_n, has_untyped = tb.sum_where(kv, pc.and_(exact, usable))
+            typed_n, has_typed = tb.sum_where(kv, pc.and_(typed, usable))
+            unreadable = pc.and_(pc.or_(exact, typed), pc.is_null(kv.value)).to_numpy(zero_copy_only=False)
+            bad = (np.bincount(kv.row[unreadable], minlength=kv.distinct) > 0)[kv.rows_of]
+            bad &= ~found
+            if required:
+                f.flag(bad, f"{name}: the {want} count is not a number", values)
+            elif bad.any():
+                self.notes.append(f"{name}: {int(bad.sum()):,} rows whose {want} count is not a number: null")
+            hit = (has_untyped | has_typed) & ~found
+            out[hit] = np.where(has_untyped, untyped_n, typed_n)[hit]
+            found |= hit
+        if zero_if_absent:
+            found[:] = True
+        return tb.masked(out, found, pa.float64())
 
 
 READER = CsvMapReader()
