@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
 
+from headway.store import JobStore
+from headway.traces.base import ReadOptions
+from headway.traces.registry import read, sniff
 from test_input_checks import TRES, run, write
 
 
@@ -240,3 +245,50 @@ def test_a_mass_requeue_read_with_sacct_D_is_the_same_jobs_in_either_order(tmp_p
             assert code == 0, err
         jobs = stored(db)
         assert len(jobs) == 24 and all(jobs[("sacct", str(i))] == ("ann", "COMPLETED") for i in range(12))
+
+
+def known(db: Path) -> dict[str, tuple[str | None, int | None]]:
+    """job_id -> (user, exit_code) of every stored job."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return {
+            r[0]: (r[1], r[2]) for r in con.execute('SELECT job_id, "user", exit_code FROM jobs').fetchall()
+        }
+    finally:
+        con.close()
+
+
+def test_sacct_json_after_sacct_p_keeps_the_users_and_exit_codes_only_sacct_p_knew(
+    tmp_path: Path, shared_traces: Path
+) -> None:
+    """Real Slurm 22.05 output of the same 23 jobs: `sacct --json` has no users and no exit codes of
+    failed jobs, and ingesting it after `sacct -P` turned 23 known users and 9 exit codes into nulls."""
+    slurm = shared_traces / "slurm-22.05"
+    db = tmp_path / "s.duckdb"
+    headway = str(Path(sys.executable).with_name("headway"))
+
+    def ingest_real(log: str) -> None:
+        cmd = [headway, "ingest", "--db", str(db), "--source", "X", str(slurm / log)]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+
+    ingest_real("sacct_allocations.txt")
+    first = known(db)
+    assert len(first) == 23 and all(user is not None for user, _ in first.values())
+    assert {code for _, code in first.values()} >= {0, 1, 2}
+    ingest_real("sacct.json")
+    assert known(db) == first
+
+
+def test_the_store_counts_each_known_value_a_poorer_format_would_have_nulled(
+    tmp_path: Path, shared_traces: Path
+) -> None:
+    slurm = shared_traces / "slurm-22.05"
+    opts = ReadOptions(source="X")
+    tables = [read(sniff(slurm / f), slurm / f, opts).table for f in ("sacct_allocations.txt", "sacct.json")]
+    with JobStore(tmp_path / "s.duckdb") as store:
+        store.upsert(tables[0], refuse_reused_ids=True)
+        assert store.upsert(tables[1], refuse_reused_ids=True) == 23
+        assert (store.last_updated, store.last_kept_ended) == (23, 0)
+        assert store.last_kept_by_field == {"user": 23, "exit_code": 9}
+        assert store.last_kept_values == 32

@@ -98,3 +98,122 @@ def test_a_database_that_is_not_a_headway_store_is_refused_before_anything_is_wr
                 JobStore(path, read_only=read_only)
     with duckdb.connect(str(other)) as c:
         assert [r[0] for r in c.execute("SHOW TABLES").fetchall()] == ["t"]
+
+
+# Re-ingest never forgets (issue 22): a field the incoming row leaves null keeps the stored known value.
+KNOWN: dict[str, object] = {
+    "source": "c",
+    "user": "ann",
+    "group": "ml",
+    "name": "train",
+    "partition": "gpu",
+    "priority_class": "normal",
+    "submit_time": T0,
+    "start_time": T0 + dt.timedelta(minutes=5),
+    "end_time": T0 + dt.timedelta(minutes=65),
+    "gpus": 2.0,
+    "nodes": 1,
+    "cpus": 8,
+    "mem_mb": 64000,
+    "time_limit": 7200,
+    "state": "FAILED",
+    "exit_code": 1,
+}
+
+
+def _arrow(*rows: dict[str, object]) -> pa.Table:
+    """Rows as a reader hands them over: an Arrow table of the columns it had (the store conforms it)."""
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    return pa.Table.from_pylist([{k: r.get(k) for k in names} for r in rows])
+
+
+def _stored(store: JobStore, job_id: str) -> dict[str, object]:
+    (row,) = store.table("job_id = ?", [job_id]).to_pylist()
+    return row
+
+
+def test_a_poorer_copy_of_stored_jobs_keeps_every_known_value_it_leaves_null(tmp_db: Path) -> None:
+    with JobStore(tmp_db) as store:
+        store.upsert(_arrow({"job_id": "1", **KNOWN}, {"job_id": "2", **KNOWN, "user": "bob"}))
+        poorer = _arrow(
+            # sacct --json's way: no user, no exit code; a job-table export's: no names, no memory
+            {"job_id": "1", "source": "c", "state": "FAILED", "submit_time": T0, "time_limit": 3600},
+            {"job_id": "2", **KNOWN, "name": "first", "user": None, "exit_code": None},
+            {"job_id": "2", **KNOWN, "name": "renamed", "user": None, "exit_code": None},  # last row wins
+        )
+        assert store.upsert(poorer, refuse_reused_ids=True) == 2
+        assert (store.last_added, store.last_updated, store.last_repeats) == (0, 2, 1)
+        assert _stored(store, "1") == {"job_id": "1", **KNOWN, "time_limit": 3600}  # a known value wins
+        assert _stored(store, "2") == {"job_id": "2", **KNOWN, "user": "bob", "name": "renamed"}
+        by_field = {f: 1 for f in ("group", "name", "partition", "priority_class", "start_time")}
+        by_field |= {f: 1 for f in ("end_time", "gpus", "nodes", "cpus", "mem_mb")}
+        assert store.last_kept_by_field == by_field | {"user": 2, "exit_code": 2}
+        assert store.last_kept_values == 14
+
+
+def test_a_requeued_job_keeps_its_user_and_name_but_not_its_earlier_runs_times_or_exit_code(
+    tmp_db: Path,
+) -> None:
+    """Slurm resets Submit when it requeues a job: the new run waits again with no start, end or exit code
+    of its own, and the old run's must not be kept for it; who submitted it and its name still hold."""
+    with JobStore(tmp_db) as store:
+        store.upsert(_arrow({"job_id": "7", **KNOWN}))
+        requeued = {
+            "job_id": "7",
+            "source": "c",
+            "state": "PENDING",
+            "submit_time": T0 + dt.timedelta(hours=2),
+        }
+        store.upsert(_arrow({**requeued, "gpus": 2.0}), refuse_reused_ids=True)
+        row = _stored(store, "7")
+    assert (row["user"], row["name"], row["cpus"], row["state"]) == ("ann", "train", 8, "PENDING")
+    assert row["submit_time"] == T0 + dt.timedelta(hours=2)
+    assert (row["start_time"], row["end_time"], row["exit_code"]) == (None, None, None)
+
+
+def test_the_run_fields_are_kept_only_where_the_incoming_state_has_them(tmp_db: Path) -> None:
+    """Same run (same submit time): an ended row with no start keeps the stored start; a pending row
+    (an older snapshot) gets no start, since a pending job has none; an ended job listed as running is
+    kept whole, and counted as such rather than as kept values."""
+    running = {**KNOWN, "state": "RUNNING", "end_time": None, "exit_code": None}
+    with JobStore(tmp_db) as store:
+        store.upsert(
+            _arrow({"job_id": "8", **running}, {"job_id": "9", **running}, {"job_id": "10", **KNOWN})
+        )
+        store.upsert(
+            _arrow(
+                {"job_id": "8", **KNOWN, "state": "COMPLETED", "start_time": None, "exit_code": 0},
+                {"job_id": "9", **running, "state": "PENDING", "start_time": None},
+                {"job_id": "10", **running, "user": None},
+            ),
+            refuse_reused_ids=True,
+        )
+        assert _stored(store, "8")["start_time"] == KNOWN["start_time"]
+        assert (_stored(store, "9")["state"], _stored(store, "9")["start_time"]) == ("PENDING", None)
+        assert _stored(store, "10") == {"job_id": "10", **KNOWN}
+        assert (store.last_kept_ended, store.last_kept_by_field) == (1, {"start_time": 1})
+
+
+def test_replacing_a_different_job_under_the_same_id_keeps_nothing_of_the_stored_one(tmp_db: Path) -> None:
+    """Another user's job, or (with --replace, which refuses nothing) one with another submit time, is
+    another job: its nulls are its own, not gaps to fill from the job it replaces."""
+    later = T0 + dt.timedelta(days=30)
+    with JobStore(tmp_db) as store:
+        store.upsert(_arrow({"job_id": "5", **KNOWN}, {"job_id": "6", **KNOWN}))
+        other = _arrow(
+            {"job_id": "5", "source": "c", "state": "COMPLETED", "user": "bob", "submit_time": T0},
+            {"job_id": "6", "source": "c", "state": "COMPLETED", "submit_time": later},
+        )
+        store.upsert(other)
+        assert store.last_kept_values == 0 and store.last_kept_by_field == {}
+        assert _stored(store, "5")["name"] is None and _stored(store, "5")["user"] == "bob"
+        assert _stored(store, "6")["user"] is None and _stored(store, "6")["submit_time"] == later
+
+
+def test_a_first_ingest_and_a_reingest_of_the_same_rows_keep_no_values(tmp_db: Path) -> None:
+    rows = _arrow({"job_id": "1", **KNOWN, "group": None}, {"job_id": "2", **KNOWN, "exit_code": None})
+    with JobStore(tmp_db) as store:
+        for _ in range(2):
+            assert store.upsert(rows, refuse_reused_ids=True) == 2
+            assert store.last_kept_values == 0 and store.last_kept_by_field == {}
+        assert _stored(store, "1")["group"] is None and _stored(store, "2")["exit_code"] is None

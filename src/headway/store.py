@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import math
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -12,7 +15,8 @@ import duckdb
 import pyarrow as pa
 
 from headway.atomic import replaced_atomically
-from headway.schema import ENDED_STATES, FIELD_NAMES, JOB_SCHEMA, conform
+from headway.schema import ENDED_STATES, FIELD_NAMES, JOB_SCHEMA, State, conform
+from headway.store_lock import Holder, StillLocked, connect_waiting
 
 DEFAULT_DB = "headway.duckdb"
 
@@ -35,6 +39,15 @@ DERIVED_SQL = """
 
 class StoreError(RuntimeError):
     """A store problem worth one clear line to the user (bad path, locked file, not a DuckDB file)."""
+
+
+class StoreBusyError(StoreError):
+    """Another process held the store (an ingest writing it, or readers an ingest waits for) for the
+    whole wait; `pid` is the holder DuckDB named (None if it named none)."""
+
+    def __init__(self, message: str, pid: int | None) -> None:
+        super().__init__(message)
+        self.pid = pid
 
 
 class ReusedIdError(StoreError):
@@ -86,6 +99,31 @@ _KEEP_STORED = f"""(
 )"""
 
 
+# Re-ingest never forgets: a field the incoming row leaves null keeps the stored value, because a poorer
+# format of the same jobs (sacct --json after sacct -P: no user, no failed exit codes) says "not known
+# here", not "none". Only for the same job (not another user's, not a row _KEEP_STORED keeps whole); the
+# run's own fields also need the same run (a requeued job's new run starts with no start, end or exit code)
+# and an incoming state that has them (a pending job has no start; an unended one no end or exit code).
+_SAME_RUN = f"NOT {_MOVED}"
+_STARTED = f"n.state <> '{State.PENDING.value}'"
+_HAS_ENDED = f"n.state IN ({_ENDED})"
+_RUN_FIELD_WHEN: dict[str, str] = {
+    "start_time": f"{_SAME_RUN} AND {_STARTED}",
+    "end_time": f"{_SAME_RUN} AND {_HAS_ENDED}",
+    "exit_code": f"{_SAME_RUN} AND {_HAS_ENDED}",
+}
+# Every field but the key (source, job_id) and state, which no reader leaves null.
+MERGED_FIELDS: tuple[str, ...] = tuple(f for f in FIELD_NAMES if f not in ("job_id", "source", "state"))
+
+
+def _kept_when(field: str, same_job: str) -> str:
+    """When the stored value of `field` is kept: the incoming row has none, the stored row has one, and
+    the two rows are the same job (and run, for a run's fields)."""
+    cond = f"n.{_q(field)} IS NULL AND j.{_q(field)} IS NOT NULL AND {same_job}"
+    extra = _RUN_FIELD_WHEN.get(field)
+    return f"{cond} AND {extra}" if extra else cond
+
+
 def default_db_path() -> Path:
     return Path(os.environ.get("HEADWAY_DB") or DEFAULT_DB)
 
@@ -97,15 +135,24 @@ def _q(name: str) -> str:
 class JobStore:
     """A thin owner of the DuckDB connection; every part reads jobs through `jobs_v` (with derived fields)."""
 
-    def __init__(self, path: str | Path | None = None, *, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        read_only: bool = False,
+        wait: float = 0.0,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> None:
+        """Open the store; while another process holds it (DuckDB allows one writer or many readers,
+        never both), retry for up to `wait` seconds (0: fail at once, inf: until it is free), calling
+        `on_wait` once with `waiting for the store (being written by PID N)...` (default: a line on
+        stderr). Raises StoreBusyError when the wait runs out. The commands pass their --wait (60 s by
+        default); library callers with their own retry (the local daemon's flush) keep failing at once."""
         self.path = Path(path) if path is not None else default_db_path()
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no job store here yet (run `headway ingest` first, or pass --db)")
         _check_is_store(self.path)
-        try:
-            self.con = duckdb.connect(str(self.path), read_only=read_only)
-        except duckdb.Error as e:
-            raise StoreError(f"{self.path}: cannot open the job store: {str(e).splitlines()[0]}") from e
+        self.con = self._connect(read_only, wait, on_wait or _say_on_stderr)
         self._check_schema()
         if not read_only:
             self._ensure_schema()
@@ -113,6 +160,34 @@ class JobStore:
         self.last_added = 0  # jobs the last `upsert` added to the store
         self.last_updated = 0  # stored jobs the last `upsert` replaced by a newer row of the same job
         self.last_kept_ended = 0  # ended stored jobs kept against a not-ended row (_KEEP_STORED)
+        self.last_kept_values = 0  # known stored values the last `upsert` kept against an incoming null
+        self.last_kept_by_field: dict[str, int] = {}  # the same per field (fields with none left out)
+
+    def _connect(
+        self, read_only: bool, wait: float, on_wait: Callable[[str], None]
+    ) -> duckdb.DuckDBPyConnection:
+        """DuckDB's connection, waited for (store_lock.connect_waiting); one line for every failure."""
+
+        def told(holder: Holder) -> None:
+            until = f", up to {wait:g} s" if math.isfinite(wait) else ""
+            on_wait(f"waiting for the store ({holder.doing()}){until}")
+
+        try:
+            return connect_waiting(
+                lambda: duckdb.connect(str(self.path), read_only=read_only), wait=wait, on_wait=told
+            )
+        except StillLocked as e:
+            h, doing = e.holder, e.holder.doing()
+            if e.waited > 0:
+                what = (
+                    f"still {doing} after waiting {e.waited:g} s; try again once it is done, or give a "
+                    "longer --wait"
+                )
+            else:
+                what = f"{doing}; try again once it is done, or give --wait SECONDS to wait for it"
+            raise StoreBusyError(f"{self.path}: the job store is {what}", h.pid) from None
+        except duckdb.Error as e:
+            raise StoreError(f"{self.path}: cannot open the job store: {str(e).splitlines()[0]}") from e
 
     def _check_schema(self) -> None:
         """Refuse a database that is not a headway job store, before writing to it or reading it: an
@@ -176,12 +251,15 @@ class JobStore:
 
     def upsert(self, table: pa.Table, *, refuse_reused_ids: bool = False) -> int:
         """Insert jobs, replacing any stored job with the same (source, job_id), except an ended one by a
-        row that has not ended (_KEEP_STORED); one transaction.
+        row that has not ended (_KEEP_STORED); one transaction. A field the incoming row leaves null keeps
+        the stored job's known value (`_kept_when`); `last_kept_values` and `last_kept_by_field` count them.
 
         With `refuse_reused_ids`, raise ReusedIdError (storing nothing) when a stored id would be replaced
         by a different job (_OTHER_USER, or `_mostly_moved`) instead of replacing it."""
         table = conform(table)
         self.last_repeats = self.last_added = self.last_updated = self.last_kept_ended = 0
+        self.last_kept_values = 0
+        self.last_kept_by_field = {}
         self.last_other_source: tuple[str, int] | None = None
         if table.num_rows == 0:
             return 0
@@ -218,17 +296,44 @@ class JobStore:
                 if other and int(other[1]) >= max(2, n_new // 10):
                     self.last_other_source = (str(other[0]), int(other[1]))
                 on = f"FROM jobs j JOIN {src} n ON j.source = n.source AND j.job_id = n.job_id"
+                # With --replace (no refusing), a moved submit time is another job replaced whole too.
+                same_job = f"NOT {_OTHER_USER} AND NOT {_KEEP_STORED}" + (
+                    "" if refuse_reused_ids else f" AND NOT {_MOVED}"
+                )
+                # The known values to keep, counted in the join that counts the rest (no pass of its own),
+                # for the fields the batch leaves null somewhere (Arrow knows that for free).
+                keeps = {f: _kept_when(f, same_job) for f in MERGED_FIELDS if table.column(f).null_count}
                 got = self.con.execute(
                     f"SELECT count(*), count(*) FILTER (WHERE {_OTHER_USER}), "
-                    f"count(*) FILTER (WHERE {_KEEP_STORED}) {on}"
+                    f"count(*) FILTER (WHERE {_KEEP_STORED}), "
+                    + ", ".join(f"count(*) FILTER (WHERE {c})" for c in keeps.values())
+                    + f" {on}"
                 ).fetchone()
-                matched, other_user, kept = (int(x) for x in got) if got else (0, 0, 0)
+                counts = [int(x) for x in got] if got else [0] * (3 + len(keeps))
+                matched, other_user, kept = counts[:3]
+                by_field = {f: k for f, k in zip(keeps, counts[3:], strict=True) if k}
                 moved = self._moved(src, on) if refuse_reused_ids else 0
                 if refuse_reused_ids and (other_user or _mostly_moved(moved, matched)):
                     cond = _OTHER_USER if other_user else _MOVED
                     reused = other_user + (moved if _mostly_moved(moved, matched) else 0)
                     raise ReusedIdError(self._reused_message(on, reused, cond))
-                if kept:
+                if by_field:
+                    # The rows to store, each field merged where a known value is kept (the join only
+                    # when there is one to keep: a re-ingest of the same file skips it). Rows
+                    # _KEEP_STORED keeps whole are left out, as _fresh leaves them out below.
+                    merged = ", ".join(
+                        f"CASE WHEN {keeps[c]} THEN j.{_q(c)} ELSE n.{_q(c)} END AS {_q(c)}"
+                        if c in by_field
+                        else f"n.{_q(c)}"
+                        for c in FIELD_NAMES
+                    )
+                    self.con.execute(
+                        f"CREATE OR REPLACE TEMP TABLE _merged AS SELECT {merged} FROM {src} n "
+                        "LEFT JOIN jobs j ON j.source = n.source AND j.job_id = n.job_id "
+                        f"WHERE NOT coalesce({_KEEP_STORED}, false)"
+                    )
+                    src = "_merged"
+                elif kept:
                     self.con.execute(
                         f"CREATE OR REPLACE TEMP TABLE _fresh AS SELECT * FROM {src} n WHERE NOT EXISTS ("
                         "SELECT 1 FROM jobs j WHERE j.source = n.source AND j.job_id = n.job_id "
@@ -236,6 +341,8 @@ class JobStore:
                     )
                     src = "_fresh"
                 self.last_kept_ended = kept
+                self.last_kept_by_field = by_field
+                self.last_kept_values = sum(by_field.values())
                 self.last_updated = matched - kept
                 n_new -= kept
                 self.con.execute(
@@ -246,6 +353,7 @@ class JobStore:
             self.con.execute(f"INSERT INTO jobs ({cols}) SELECT {cols} FROM {src}")
             self.con.execute("DROP TABLE IF EXISTS _new")
             self.con.execute("DROP TABLE IF EXISTS _fresh")
+            self.con.execute("DROP TABLE IF EXISTS _merged")
             committing = True
             self.con.execute("COMMIT")
         except BaseException as e:
@@ -352,6 +460,11 @@ class JobStore:
         except OSError as e:
             raise StoreError(f"{out}: cannot write the Parquet file: {e.strerror or e}") from e
         return self.count()
+
+
+def _say_on_stderr(message: str) -> None:
+    """The default `on_wait`: one line on stderr (looked up now, so a Rich live display's proxy takes it)."""
+    print(message, file=sys.stderr, flush=True)
 
 
 def _sql_str(s: str) -> str:

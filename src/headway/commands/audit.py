@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from headway.console import check_output_file, err, fail, fail_unknown_source, out, print_json, safe_escape
+from headway.store_lock import DEFAULT_WAIT, WAIT_ENV, WAIT_HELP
 
 BY_HELP = "Rank the top table by user, group, name, partition or gpus (JSON always carries all of them)."
 
@@ -81,6 +82,9 @@ def audit(
             "--html", help="Also write a self-contained offline HTML report here.", show_default=False
         ),
     ] = None,
+    wait: Annotated[
+        float, typer.Option("--wait", help=WAIT_HELP, envvar=WAIT_ENV, min=0.0, metavar="SECONDS")
+    ] = DEFAULT_WAIT,
 ) -> None:
     """Show where the GPU-hours went: totals per state and outcome, completion rate, waste and its cost,
     top wasters, repeat failures, early failures, timeouts and over-asking, queueing delay, weekly series.
@@ -104,7 +108,7 @@ def audit(
     if html is not None:
         check_output_file(html, "--html")
     try:
-        store = JobStore(db, read_only=True)
+        store = JobStore(db, read_only=True, wait=wait)
     except StoreError as e:
         fail(str(e))
     with store:

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from headway.console import check_output_file, err, fail, out, plain, print_json, safe_escape
+from headway.store_lock import DEFAULT_WAIT, WAIT_ENV, WAIT_HELP
 
 SAMPLE = "philly_jobs.json.gz"
 SOURCE = "philly"
@@ -28,6 +29,9 @@ def demo(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object (ingest summary and the audit) only.")
     ] = False,
+    wait: Annotated[
+        float, typer.Option("--wait", help=WAIT_HELP, envvar=WAIT_ENV, min=0.0, metavar="SECONDS")
+    ] = DEFAULT_WAIT,
 ) -> None:
     """Audit a real GPU cluster's job log in one step: ingest the bundled Philly sample (5,910 jobs from
     Microsoft's Philly cluster, 2017), print the audit and write the HTML report.
@@ -47,8 +51,8 @@ def demo(
         sample = sample_path(SAMPLE)
     except FileNotFoundError as e:
         fail(f"{e} (reinstall headway)")
-    ingested = _ingest_sample(sample, db, quiet=as_json)
-    report = run_audit(db, html, quiet=as_json)
+    ingested = _ingest_sample(sample, db, quiet=as_json, wait=wait)
+    report = run_audit(db, html, quiet=as_json, wait=wait)
     if as_json:
         print_json({"sample": SAMPLE, "db": str(db), "html": str(html), "ingest": ingested, "audit": report})
         return
@@ -68,7 +72,7 @@ def demo(
     out.print(f"HTML report written to [bold]{html_s}[/] (open it in a browser; it works offline).")
 
 
-def _ingest_sample(sample: Path, db: Path, *, quiet: bool) -> dict[str, Any]:
+def _ingest_sample(sample: Path, db: Path, *, quiet: bool, wait: float = DEFAULT_WAIT) -> dict[str, Any]:
     """Read the bundled sample with the philly reader and upsert it, as `headway ingest` would."""
     from headway.store import JobStore, StoreError
     from headway.traces.base import BadInputError, ReadOptions
@@ -83,7 +87,7 @@ def _ingest_sample(sample: Path, db: Path, *, quiet: bool) -> dict[str, Any]:
     except BadInputError as e:
         fail(f"bundled sample is damaged: {e} (reinstall headway)")
     try:
-        with JobStore(db) as store:
+        with JobStore(db, wait=wait) as store:
             stored = store.upsert(res.table)
             store.record_ingest(
                 str(sample.name), res.format, SOURCE, res.rows_read, stored, res.bad_row_count
@@ -105,14 +109,14 @@ def _ingest_sample(sample: Path, db: Path, *, quiet: bool) -> dict[str, Any]:
     }
 
 
-def run_audit(db: Path, html: Path, *, quiet: bool = True) -> dict[str, Any]:
+def run_audit(db: Path, html: Path, *, quiet: bool = True, wait: float = DEFAULT_WAIT) -> dict[str, Any]:
     """The one place demo meets the audit: compute the report from the store and write its HTML file."""
     from headway.audit.compute import audit_report, configure
     from headway.audit.html import write_html
     from headway.store import JobStore, StoreError
 
     try:
-        with JobStore(db, read_only=True) as store:
+        with JobStore(db, read_only=True, wait=wait) as store:
             configure(store.con)
             if quiet:
                 report = audit_report(store.con, source=SOURCE)

@@ -20,11 +20,11 @@ from headway.console import (
     out,
     plain,
     print_json,
-    print_skipped,
     print_table,
     safe_escape,
 )
-from headway.traces.base import BadInputError, ReadOptions, ReadResult
+from headway.store_lock import DEFAULT_WAIT, WAIT_ENV, WAIT_HELP
+from headway.traces.base import ROW_SKIPPED, BadInputError, ReadOptions, ReadResult
 from headway.traces.compressed import plain_file, relabel
 from headway.traces.registry import FORMATS, read, sniff
 from headway.traces.sacct import SACCT_TZ
@@ -82,7 +82,9 @@ def _read_plain(plain: Path, path: Path, fmt: str, opts: ReadOptions, quiet: boo
 
 def ingest(
     paths: Annotated[
-        list[Path] | None, typer.Argument(help="Job log files to read.", show_default=False)
+        list[Path] | None,
+        # Not checked by click (a framed usage error that stopped every file): `_unreadable` names each.
+        typer.Argument(help="Job log files to read.", show_default=False, readable=False),
     ] = None,
     fmt: Annotated[
         str,
@@ -127,10 +129,26 @@ def ingest(
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary only.")] = False,
-    show_bad: Annotated[int, typer.Option(help="How many bad rows to print per file.", min=0)] = 20,
+    wait: Annotated[
+        float, typer.Option("--wait", help=WAIT_HELP, envvar=WAIT_ENV, min=0.0, metavar="SECONDS")
+    ] = DEFAULT_WAIT,
+    show_bad: Annotated[
+        int,
+        typer.Option(
+            help="How many examples (file:line: value) to show for each kind of unreadable value.", min=0
+        ),
+    ] = 3,
 ) -> None:
     """Read job logs into the job store; re-ingesting a file updates the jobs it lists (never duplicates them,
-    never deletes a stored job the file no longer lists)."""
+    never deletes a stored job the file no longer lists, never forgets a known value a poorer file lacks).
+
+    A value the job record can do without (memory, CPUs, array ids, exit code, a start or end time) that
+    cannot be read is stored as null and the job kept; only an unreadable job id, submit time, state or GPU
+    count skips its row. The summary counts both per column and reason, with the first examples.
+
+    Exit status: 0 when every file was read and its jobs stored (a file with no rows at all says so);
+    1 when a file is missing, cannot be read, or had rows of which none could be stored: the other files
+    are still ingested."""
     if fmt not in FORMATS:
         fail(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if mapping is not None and fmt not in ("csv", "auto"):
@@ -154,11 +172,6 @@ def ingest(
             check_tz(tz)
         except BadInputError as e:
             fail(f"--tz: {e}")
-    for p in paths or []:  # before anything is stored, so one mistyped name stores nothing
-        if not p.exists():
-            fail(f"{p}: no such file")
-        if p.is_dir():
-            fail(f"{p}: is a directory; give the log files inside it")
     opts = ReadOptions(
         strict=strict, source=source, mapping=mapping, gpu_tres_ids=_parse_tres_ids(gpu_tres_ids), tz=tz
     )
@@ -179,7 +192,7 @@ def ingest(
     target = db or default_db_path()
     new_store = not target.exists()
     try:
-        store = JobStore(db)
+        store = JobStore(db, wait=wait)
     except StoreError as e:
         fail(str(e))
     summary: list[dict[str, object]] = []
@@ -206,44 +219,65 @@ def ingest(
         if failed:
             raise typer.Exit(1)
         return
-    t = Table(title=f"ingested into {safe_escape(str(store.path))}")
-    numbers = ("rows", "jobs stored", "new", "updated", "bad rows")
-    for col in ("file", "format", *numbers, "missing fields"):
-        t.add_column(col, justify="right" if col in numbers else "left")
-    for s in summary:
-        if s.get("error"):
-            t.add_row(safe_escape(str(s["path"])), "[red]failed[/]", "-", "0", "0", "0", "-", "-")
-            continue
-        missing = s["missing_fields"]
-        assert isinstance(missing, list)
-        t.add_row(
-            safe_escape(str(s["path"])),
-            str(s["format"]),
-            f"{s['rows_read']:,}",
-            f"{s['jobs_stored']:,}",
-            f"{s['jobs_added']:,}",
-            f"{s['jobs_updated']:,}",
-            f"{s['bad_rows']:,}",
-            ", ".join(missing) or "-",
-        )
-    print_table(t)
-    for s in summary:
-        notes = s["notes"]
-        assert isinstance(notes, list)
-        for n in notes:
-            out.print(f"note ({safe_escape(str(s['path']))}): {safe_escape(str(n))}", soft_wrap=True)
+    _print_summary(store.path, summary, show_bad)
     if new_store and not target.exists():  # nothing stored: the empty store was not left behind
         out.print(plain(f"no jobs stored; {target} was not created"))
     else:
         out.print(f"{count(total, 'job')} in the store.")
     if failed:
         for s in failed:
-            err.print(f"error: {safe_escape(str(s['error']))}", highlight=False)
+            err.print(f"error: {safe_escape(str(s['error']))}", highlight=False, soft_wrap=True)
         stored = len(summary) - len(failed)
         fail(
             f"{len(failed)} of {len(summary)} files could not be read or stored, and stored nothing"
             + (f"; the other {stored} {'was' if stored == 1 else 'were'} stored" if stored else "")
         )
+
+
+def _print_summary(db: Path, summary: list[dict[str, Any]], show_bad: int) -> None:
+    """The files table, then one table of unreadable values per column and reason, then the notes:
+    nothing line by line before it, so a log of a million rows with one bad column reads in one screen."""
+    t = Table(title=f"ingested into {safe_escape(str(db))}")
+    numbers = ("rows", "jobs stored", "new", "updated", "bad rows", "values nulled")
+    for col in ("file", "format", *numbers, "missing fields"):
+        t.add_column(col, justify="right" if col in numbers else "left")
+    for s in summary:
+        if s.get("error") and "rows_read" not in s:
+            t.add_row(safe_escape(str(s["path"])), "[red]failed[/]", "-", "0", "0", "0", "-", "-", "-")
+            continue
+        t.add_row(
+            safe_escape(str(s["path"])),
+            str(s["format"]) + (" [red](nothing stored)[/]" if s.get("error") else ""),
+            f"{s['rows_read']:,}",
+            f"{s['jobs_stored']:,}",
+            f"{s['jobs_added']:,}",
+            f"{s['jobs_updated']:,}",
+            f"{s['bad_rows']:,}",
+            f"{s['values_nulled']:,}",
+            ", ".join(s["missing_fields"]) or "-",
+        )
+    print_table(t)
+    problems = [(s["path"], p) for s in summary for p in s.get("problems", [])]
+    if problems:
+        several = len({path for path, _ in problems}) > 1
+        pt = Table(title="unreadable values (per column and reason)")
+        if several:
+            pt.add_column("file")
+        for col in ("column", "problem", "rows", "done", "first examples (file:line: value)"):
+            pt.add_column(col, justify="right" if col == "rows" else "left")
+        for path, p in problems:
+            shown = p["examples"][:show_bad]
+            more = p["count"] - len(shown)
+            cell = "\n".join(safe_escape(x) for x in shown) + (f"\n... {more:,} more" if more > 0 else "")
+            done = "[red]row skipped[/]" if p["effect"] == ROW_SKIPPED else "stored as null, job kept"
+            row = [safe_escape(p["column"]), safe_escape(p["reason"]), f"{p['count']:,}", done, cell or "-"]
+            pt.add_row(*([safe_escape(str(path))] if several else []), *row)
+        print_table(pt)
+        if any(p["count"] > show_bad for _, p in problems):
+            out.print(plain("(--show-bad N shows more examples of each; --json lists them)"))
+    for s in summary:
+        for n in s["notes"]:
+            out.print(f"note ({safe_escape(str(s['path']))}): {safe_escape(str(n))}", soft_wrap=True)
 
 
 def _interrupted(e: KeyboardInterrupt, where: str, summary: list[dict[str, object]]) -> str:
@@ -270,6 +304,7 @@ _NOTHING_STORED: dict[str, Any] = {
     "jobs_added": 0,
     "jobs_updated": 0,
     "kept_ended": 0,
+    "kept_values": 0,
 }
 
 
@@ -320,6 +355,9 @@ def export(
     ],
     db: DbOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
+    wait: Annotated[
+        float, typer.Option("--wait", help=WAIT_HELP, envvar=WAIT_ENV, min=0.0, metavar="SECONDS")
+    ] = DEFAULT_WAIT,
 ) -> None:
     """Export the job store to a Parquet file (the job record plus runtime, wait, gpu_hours)."""
     from headway.store import JobStore, StoreError
@@ -335,7 +373,7 @@ def export(
                 "replace it: remove it first or give another file name"
             )
     try:
-        with JobStore(db, read_only=True) as store:
+        with JobStore(db, read_only=True, wait=wait) as store:
             n = store.export_parquet(parquet)
     except StoreError as e:
         fail(str(e))
@@ -367,15 +405,35 @@ def _ingest_all(
         label = "sacct (from Slurm)" if kind == "slurm" else str(path)
         # One file that cannot be read stores nothing of its own; the others are still read and stored,
         # and the summary says which failed (the command then exits 1).
-        error = None
+        error = _unreadable(path) if kind == "file" else None
         # headway ran sacct with TZ=UTC: its times are UTC whatever --tz says about the files
         read_opts = dataclasses.replace(opts, tz=SACCT_TZ) if kind == "slurm" else opts
         try:
-            res = relabel(_read_one(path, use_fmt, read_opts, quiet=as_json), path, where, note=None)
+            if error is None:
+                res = relabel(_read_one(path, use_fmt, read_opts, quiet=as_json), path, where, note=None)
         except BadInputError as e:
             error = str(e).replace(str(path), where)  # not the temp file sacct's output went to
         except (OSError, UnicodeError) as e:
-            error = f"{where}: cannot read: {e}"
+            error = f"{where}: cannot read: {getattr(e, 'strerror', None) or e}"
+        if error is None and res.rows_read and not res.table.num_rows:
+            # Not stopped here even when it is the only file: the summary shows why no row was readable.
+            summary.append(
+                {
+                    "path": label,
+                    "format": res.format,
+                    "error": f"{where}: none of its {res.rows_read:,} rows could be read as a job; nothing "
+                    "from it was stored",
+                    **_NOTHING_STORED,
+                    "rows_read": res.rows_read,
+                    "bad_rows": res.bad_row_count,
+                    "values_nulled": res.nulled_values,
+                    "missing_fields": res.missing_fields,
+                    "notes": res.notes,
+                    "problems": [p.as_dict(show_bad) for p in res.problems],
+                    "bad_row_examples": [str(b) for b in res.bad_rows[:show_bad]],
+                }
+            )
+            continue
         if error is not None:
             if opts.strict or len(inputs) == 1:
                 fail(error)
@@ -420,6 +478,12 @@ def _ingest_all(
                 f"{'them' if k != 1 else 'it'} as still pending or running (an older snapshot?): the "
                 "stored rows were kept"
             )
+        if store.last_kept_values:
+            by_field = ", ".join(f"{f} {k:,}" for f, k in store.last_kept_by_field.items())
+            res.notes.append(
+                f"{store.last_kept_values:,} known values were kept where this file has none ({by_field}): "
+                "a re-ingest from a poorer format never forgets what a richer one told"
+            )
         if store.last_other_source:
             other, k = store.last_other_source
             res.notes.append(
@@ -441,12 +505,32 @@ def _ingest_all(
                 "jobs_added": store.last_added,
                 "jobs_updated": store.last_updated,
                 "kept_ended": store.last_kept_ended,
+                "kept_values": store.last_kept_values,
                 "bad_rows": res.bad_row_count,
+                "values_nulled": res.nulled_values,
                 "missing_fields": res.missing_fields,
                 "notes": res.notes,
+                "problems": [p.as_dict(show_bad) for p in res.problems],
                 "bad_row_examples": [str(b) for b in res.bad_rows[:show_bad]],
             }
         )
-        if not as_json:
-            print_skipped(where, [str(b) for b in res.bad_rows[:show_bad]], res.bad_row_count)
     return summary
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why a named path cannot be ingested, before any reader tries it (one line, never a usage box)."""
+    import stat
+
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return f"{path}: no such file"
+    except OSError as e:
+        return f"{path}: cannot read: {e.strerror or e}"
+    if stat.S_ISDIR(st.st_mode):
+        return f"{path}: is a directory; give the log files inside it"
+    try:  # non-blocking: a named pipe with no writer yet must not hang the check
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+    except OSError as e:
+        return f"{path}: cannot read: {e.strerror or e}"
+    return None

@@ -28,6 +28,7 @@ from headway.console import (
     safe_escape,
 )
 from headway.schema import MAX_GPUS
+from headway.store_lock import DEFAULT_WAIT, WAIT_ENV, WAIT_HELP
 
 if TYPE_CHECKING:
     from headway.predict.features import FeatureFrame
@@ -54,6 +55,9 @@ SourceOpt = Annotated[
 CpuOpt = Annotated[bool, typer.Option("--include-cpu", help="Also use CPU-only jobs (ignored by default).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON only (no table, no progress).")]
 ModelOpt = Annotated[Path, typer.Option("--model", help="Model file written by `headway predict train`.")]
+WaitOpt = Annotated[
+    float, typer.Option("--wait", help=WAIT_HELP, envvar=WAIT_ENV, min=0.0, metavar="SECONDS")
+]
 
 
 @contextmanager
@@ -73,7 +77,7 @@ def _step(desc: str, quiet: bool) -> Iterator[None]:
 
 
 def _load(
-    db: Path | None, source: str | None, include_cpu: bool, quiet: bool
+    db: Path | None, source: str | None, include_cpu: bool, quiet: bool, wait: float = DEFAULT_WAIT
 ) -> tuple[FeatureFrame, list[str]]:
     """The store's features, and the sources they come from."""
     import pyarrow.compute as pc
@@ -82,12 +86,12 @@ def _load(
     from headway.store import JobStore, StoreError
 
     try:
-        with _step("reading jobs", quiet), JobStore(db, read_only=True) as store:
+        with _step("reading jobs", quiet), JobStore(db, read_only=True, wait=wait) as store:
             table = store.table("source = ?", [source]) if source else store.table()
     except StoreError as e:
         fail(str(e))
     if table.num_rows == 0 and source:
-        with JobStore(db, read_only=True) as store:
+        with JobStore(db, read_only=True, wait=wait) as store:
             fail_unknown_source(source, store.path, store.sources())
     if table.num_rows == 0:
         fail("no jobs in the store; run `headway ingest` first")
@@ -116,6 +120,7 @@ def train(
         str, typer.Option(help="auto, isotonic or platt (auto: isotonic from 5,000 calibration jobs).")
     ] = "auto",
     as_json: JsonOpt = False,
+    wait: WaitOpt = DEFAULT_WAIT,
 ) -> None:
     """Train on every ended job in the store and write one model file (JSON, LightGBM text models inside).
 
@@ -128,7 +133,7 @@ def train(
         fail(f"--calibration: expected auto, isotonic or platt, got {calibration!r}")
     check_output_file(out_path, "--out")
     _check_replaces_a_model(out_path)
-    frame, sources = _load(db, source, include_cpu, as_json)
+    frame, sources = _load(db, source, include_cpu, as_json, wait)
     n_ended = int(frame.ended.sum())
     if n_ended < 50:
         fail(f"only {n_ended} ended jobs in the store; need at least 50 to train")
@@ -241,6 +246,7 @@ def evaluate(
         ),
     ] = "daily",
     as_json: JsonOpt = False,
+    wait: WaitOpt = DEFAULT_WAIT,
 ) -> None:
     """Temporal split: train on the past, score the latest jobs, side by side with the simple baselines.
 
@@ -253,7 +259,7 @@ def evaluate(
         fail(f"--test-fraction must be between 0 and 1, got {test_fraction}")
     if retrain not in ("none", "daily"):
         fail(f"--retrain: expected daily or none, got {retrain!r}")
-    frame, _ = _load(db, source, include_cpu, as_json)
+    frame, _ = _load(db, source, include_cpu, as_json, wait)
     try:
         with _step("training on the past and scoring the test jobs", as_json):
             report = run_eval(frame, test_fraction, retrain=retrain)
@@ -395,6 +401,7 @@ def validate(
     source: SourceOpt = None,
     include_cpu: CpuOpt = False,
     as_json: JsonOpt = False,
+    wait: WaitOpt = DEFAULT_WAIT,
 ) -> None:
     """Rolling-origin validation inside the training period: the numbers settings are chosen on.
 
@@ -406,7 +413,7 @@ def validate(
 
     if not 0.0 < test_fraction < 1.0:
         fail(f"--test-fraction must be between 0 and 1, got {test_fraction}")
-    frame, _ = _load(db, source, include_cpu, as_json)
+    frame, _ = _load(db, source, include_cpu, as_json, wait)
     try:
         with _step("validating on blocks of the training period", as_json):
             report = validation_folds(frame, test_fraction)
@@ -444,7 +451,9 @@ def validate(
     )
 
 
-def _check_job(db: Path | None, job_id: str, source: str | None, include_cpu: bool) -> None:
+def _check_job(
+    db: Path | None, job_id: str, source: str | None, include_cpu: bool, wait: float = DEFAULT_WAIT
+) -> None:
     """A clear error when `job_id` is in no source, in several (ids repeat across clusters: --source
     picks one), or is a CPU-only job without --include-cpu."""
     from headway.store import JobStore, StoreError
@@ -455,7 +464,7 @@ def _check_job(db: Path | None, job_id: str, source: str | None, include_cpu: bo
         sql += " AND source = ?"
         params.append(source)
     try:
-        with JobStore(db, read_only=True) as store:
+        with JobStore(db, read_only=True, wait=wait) as store:
             found = store.con.execute(sql + " ORDER BY source", params).fetchall()
             known = store.sources() if source and not found else []
             where = store.path
@@ -563,6 +572,7 @@ def show(
     ] = None,
     include_cpu: CpuOpt = False,
     as_json: JsonOpt = False,
+    wait: WaitOpt = DEFAULT_WAIT,
 ) -> None:
     """The three predictions for one job, what drove them, and a suggested time limit.
 
@@ -584,7 +594,7 @@ def show(
     if job_id is not None and at is not None:
         fail("--at is for a pending job: a stored job is shown as of its own submit time")
     if job_id is not None:
-        _check_job(db, job_id, source, include_cpu)
+        _check_job(db, job_id, source, include_cpu, wait)
     model: Predictor | None = None
     note = None
     try:
@@ -593,7 +603,7 @@ def show(
         if model_path != Path(DEFAULT_MODEL) or "no model file" not in str(e):
             fail(str(e))
         note = f"no model file at {model_path}: cold-start estimates from running rates and medians"
-    frame, sources = _load(db, source, include_cpu, as_json)
+    frame, sources = _load(db, source, include_cpu, as_json, wait)
     trained_on = model.meta.get("sources") if model is not None else None
     if trained_on and not set(trained_on) & set(sources):
         note = (

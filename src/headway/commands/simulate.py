@@ -35,6 +35,7 @@ from headway.console import (
     replaced_atomically,
     safe_escape,
 )
+from headway.store_lock import DEFAULT_WAIT, WAIT_ENV, WAIT_HELP
 from headway.traces.base import BadInputError
 
 if TYPE_CHECKING:
@@ -111,6 +112,9 @@ DbOpt = Annotated[
         help="DuckDB job store to read jobs from (default ./headway.duckdb, or $HEADWAY_DB).",
         show_default=False,
     ),
+]
+WaitOpt = Annotated[
+    float, typer.Option("--wait", help=WAIT_HELP, envvar=WAIT_ENV, min=0.0, metavar="SECONDS")
 ]
 # The cluster flags default to None so that `build_cluster` can tell them from a --cluster file's nodes.
 DEFAULT_NODES, DEFAULT_GPUS_PER_NODE, DEFAULT_NODES_PER_RACK = 64, 8, 8
@@ -258,6 +262,7 @@ def load_jobs(
     tz: str | None = None,
     mapping: Path | None = None,
     source: str | None = None,
+    wait: float = DEFAULT_WAIT,
 ) -> tuple[pa.Table, TraceInfo]:
     """Jobs in JOB_SCHEMA from a trace file (any reader, or Parquet) or from the store (of `source`);
     one line on error."""
@@ -275,7 +280,7 @@ def load_jobs(
         fail("--source picks one cluster of a job store (--db); a TRACE file is replayed whole")
     if trace is None:
         try:
-            with JobStore(db, read_only=True) as store:
+            with JobStore(db, read_only=True, wait=wait) as store:
                 table = store.table("source = ?", [source]) if source else store.table()
                 label = str(store.path) + (f" (source {source})" if source else "")
                 name = Path(store.path).name + (f" (source {source})" if source else "")
@@ -811,6 +816,7 @@ def simulate(
     trace: TraceArg = None,
     fmt: FormatOpt = "auto",
     db: DbOpt = None,
+    wait: WaitOpt = DEFAULT_WAIT,
     nodes: NodesOpt = None,
     gpus_per_node: GpnOpt = None,
     nodes_per_rack: NprOpt = None,
@@ -882,7 +888,7 @@ def simulate(
             "--html",
             {"TRACE": trace, "--mapping": mapping, "--cluster": cluster, "--nodes-file": nodes_file},
         )
-    jobs, info = load_jobs(trace, fmt, db, tz, mapping, source)
+    jobs, info = load_jobs(trace, fmt, db, tz, mapping, source, wait)
     jobs = _with_copies(jobs, copies)
     if explain is not None:
         _check_explain(jobs, explain, info.label)
@@ -1064,6 +1070,7 @@ def sweep(
     trace: TraceArg = None,
     fmt: FormatOpt = "auto",
     db: DbOpt = None,
+    wait: WaitOpt = DEFAULT_WAIT,
     nodes: NodesOpt = None,
     gpus_per_node: GpnOpt = None,
     nodes_per_rack: NprOpt = None,
@@ -1110,7 +1117,7 @@ def sweep(
         fail(f"--placement: choose one of {', '.join(PLACEMENTS)}")
     if scheduler is not None and not scheduler.startswith(("tcp://", "tls://", "ucx://", "inproc://")):
         fail(f"--scheduler: expected an address like tcp://HOST:PORT, got {scheduler!r}")
-    jobs, info = load_jobs(trace, fmt, db, tz, mapping, source)
+    jobs, info = load_jobs(trace, fmt, db, tz, mapping, source, wait)
     jobs = _with_copies(jobs, copies)
     spec = build_cluster(nodes, gpus_per_node, nodes_per_rack, cluster, nodes_file)
     cells = grid(policies, loads, seed_list)
