@@ -508,3 +508,85 @@ def test_a_change_in_gpu_hours_is_rounded_like_the_figures_it_compares() -> None
     assert _change("hours", 0.0514) == "+" + gh(0.0514) == "+0.05"
     assert _change("hours", -0.0033) == "-0.00"
     assert _change("hours", 38_828.2) == "+38,828" and _change("hours", -42.34) == "-42.3"
+
+
+def terminal_and_html(db: Path, **kw: Any) -> tuple[str, str]:
+    """The audit of `db` as the terminal prints it (100 columns; runs of white space, line breaks of
+    wrapped sentences included, read as one space) and as the HTML page reads."""
+    from rich.console import Console
+
+    from headway.audit import render_html
+
+    r = report_of(db, **kw)
+    con = Console(record=True, width=100)
+    render_terminal(r, con)
+    return " ".join(con.export_text().split()), render_html(r)
+
+
+def test_a_log_without_names_or_groups_keys_repeat_failures_by_user_alone_and_says_so(tmp_path: Path) -> None:
+    """Without names or groups every job of a user is one sequence: a success of any job ends a run."""
+    seq = [State.FAILED, State.TIMEOUT, State.FAILED, State.COMPLETED, State.FAILED, State.OUT_OF_MEMORY]
+    jobs = [job(f"a{i}", s, name=None, group=None, submit=T0 + i * HOUR) for i, s in enumerate(seq)]
+    jobs += [
+        job(f"b{i}", State.FAILED, user="bob", name=None, group=None, submit=T0 + i * HOUR) for i in range(4)
+    ]
+    db = store_with(tmp_path, jobs)
+    rf = report_of(db)["repeat_failures"]
+    assert rf["key"] == "user" and rf["key_label"] == "by user alone: this log has no job names or groups"
+    assert rf["keyed_jobs"] == {"user+name": 0, "user+group": 0, "user": 10} and rf["unkeyed_failures"] == 0
+    assert rf["streaks"] == 2 and rf["jobs"] == 7 and rf["unresolved_streaks"] == 1
+    rows = {x["user"]: x for x in rf["rows"]}
+    assert rows["alice"]["failures"] == 3 and rows["alice"]["success_followed"] is True
+    assert rows["bob"]["failures"] == 4 and rows["bob"]["key"] == "user"
+    assert rows["bob"]["name"] is None and rows["bob"]["group"] is None
+    text, page = terminal_and_html(db)
+    assert "Repeat failures (by user alone: this log has no job names or groups): 2 run(s)" in text
+    assert "(any job)" in text
+    assert "by user alone: this log has no job names or groups" in page and "by the same user alone" in page
+
+
+def test_in_a_log_with_names_a_job_with_neither_name_nor_group_is_left_out_and_counted(
+    tmp_path: Path,
+) -> None:
+    named = [job(f"n{i}", State.COMPLETED, submit=T0 + i * HOUR) for i in range(2)]
+    nameless = [job(f"x{i}", State.FAILED, name=None, group=None, submit=T0 + i * HOUR) for i in range(3)]
+    db = store_with(tmp_path, named + nameless)
+    rf = report_of(db)["repeat_failures"]
+    assert rf["key"] == "user+name" and rf["key_label"] is None  # per log: this log has names
+    assert rf["streaks"] == 0 and rf["unkeyed_failures"] == 3
+    text, _ = terminal_and_html(db)
+    assert "no user+name failed 3+ times in a row; 3 failures left out (no user, or neither name nor" in text
+
+
+def test_a_log_without_users_says_repeat_failures_cannot_be_seen_not_none(tmp_path: Path) -> None:
+    jobs = [job(str(i), State.FAILED, user=None, submit=T0 + i * HOUR) for i in range(4)]
+    db = store_with(tmp_path, jobs)
+    r = report_of(db)
+    rf = r["repeat_failures"]
+    assert rf["key"] is None and rf["unkeyed_failures"] == 4 and rf["streaks"] == 0
+    assert rf["key_label"] == "cannot be seen: no failed job names its user"
+    assert compare(r, r)["metrics"][9]["metric"] == "repeat_failure_gpu_hours"
+    assert compare(r, r)["metrics"][9]["period"] is None  # unknown, not 0
+    text, page = terminal_and_html(db)
+    assert "Repeat failures cannot be seen: no failed job names its user." in text
+    assert "no user+name failed" not in text
+    assert "Cannot be seen: no failed job names its user." in page
+
+
+def test_a_store_where_one_log_lacks_names_and_groups_labels_that_log_alone(tmp_path: Path) -> None:
+    db = tmp_path / "audit.duckdb"
+    named = [job(f"n{i}", State.FAILED, submit=T0 + i * HOUR) for i in range(3)]
+    bare = [
+        dataclasses.replace(
+            job(f"b{i}", State.FAILED, name=None, group=None, submit=T0 + i * HOUR), source="old"
+        )
+        for i in range(3)
+    ]
+    with JobStore(db) as s:
+        s.upsert(records_to_table(named + bare))
+    rf = report_of(db)["repeat_failures"]
+    assert rf["key"] == "mixed" and rf["keyed_jobs"] == {"user+name": 3, "user+group": 0, "user": 3}
+    assert rf["key_label"] == "by user alone in old: no job names or groups there"
+    assert sorted(x["key"] for x in rf["rows"]) == ["user", "user+name"]  # two streaks, never one of six
+    only = report_of(db, source="test")["repeat_failures"]
+    assert only["key"] == "user+name" and only["key_label"] is None

@@ -8,6 +8,7 @@ and metrics are those of DESIGN.md ("Metrics"); the SQL CASE is generated from `
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,6 +34,20 @@ OVER_ASK_SHARE = 0.25  # a job that used less than this share of its time limit 
 SHORT_JOB_S = 3600.0
 SIZE_BUCKETS: tuple[str, ...] = ("cpu", "<1", "1", "2-4", "5-8", "9-32", "33+")
 REPEAT_MIN = 3
+# How a repeat-failure streak is keyed (docs/audit-json.md): a job's user and name, else its user and group;
+# in a log that has neither names nor groups, its user alone.
+REPEAT_KEYS: tuple[str, ...] = ("user+name", "user+group", "user")
+USER_ALONE_LABEL = "by user alone: this log has no job names or groups"
+# Cancelled jobs by when they were cancelled (docs/audit-json.md, `cancelled`), in the order shown.
+CANCEL_EARLY_S = 600.0  # cancelled this soon after starting: a mistake caught early, GPUs saved
+CANCEL_LATE_SHARE = 0.8  # cancelled after using this share of the time limit: most of the GPU time spent
+CANCEL_BUCKETS: dict[str, str] = {
+    "never_started": "never started",
+    "within_10_min": "within 10 min of starting",
+    "rest": "after 10 min, before 80% of the limit",
+    "near_time_limit": "after 80%+ of the time limit",
+    "no_time_limit": "after 10 min, no time limit known",
+}
 SCHEMA_VERSION = 1
 
 Progress = Callable[[str], None]
@@ -132,7 +147,7 @@ class _Q:
         scope = "" if include_cpu else " AND gpus > 0"
         select = (
             'SELECT * FROM (SELECT source, "user", "group", name, partition, coalesce(gpus, 0) AS gpus, '
-            "state, "
+            "state, start_time IS NOT NULL AS started, "
             f"{_OUTCOME_SQL} AS outcome, submit_time, coalesce(end_time, start_time, submit_time) AS t, "
             f"runtime, wait, gpu_hours, time_limit, hash(job_id) AS tie FROM jobs_v{where}) WHERE true{scope}"
         )
@@ -143,8 +158,9 @@ class _Q:
             f"a AS ({select}) "
         )
 
-    def rows(self, sql: str) -> list[tuple[Any, ...]]:
-        return self.con.execute(self.prefix + sql, self.params).fetchall()
+    def rows(self, sql: str, params: dict[str, object] | None = None) -> list[tuple[Any, ...]]:
+        """`sql` after the window's CTEs; `params` adds named parameters that this one query uses."""
+        return self.con.execute(self.prefix + sql, {**self.params, **(params or {})}).fetchall()
 
     def one(self, sql: str) -> tuple[Any, ...]:
         r = self.rows(sql)
@@ -193,6 +209,7 @@ def _totals(q: _Q, price: float) -> dict[str, Any]:
             "cpu_jobs": int(jobs) - int(gpu_jobs),
             "gpu_hours": _f(gh),
             "audited_jobs": scope_jobs,
+            "audited_gpu_hours": scope_gh,
             "ended_jobs": ended_jobs,
             "ended_gpu_hours": ended_gh,
             # a log without users (Alibaba, sacct --json without associations) has an unknown number
@@ -265,24 +282,96 @@ def _top(q: _Q, by: str, top: int) -> dict[str, Any]:
     return out
 
 
+class _Keying:
+    """How one window's repeat failures can be keyed (`_repeat_keying`)."""
+
+    def __init__(
+        self, bare: list[str], logs: int, keyed: dict[str, int], unkeyed: int, failures: int
+    ) -> None:
+        self.bare = bare  # sources keyed by user alone: no job in them has a name or a group
+        self.logs = logs  # sources with jobs in the window
+        self.keyed = keyed  # jobs of the sequence (successes, failures) each key rule keys
+        self.unkeyed = unkeyed  # failures no rule keys: no user, or neither name nor group in a named log
+        self.failures = failures
+
+    def key(self) -> str | None:
+        """The rule the section shows: one of REPEAT_KEYS, "mixed", or None when no job could be keyed."""
+        used = [k for k in REPEAT_KEYS if self.keyed[k]]
+        return None if not used else used[0] if len(used) == 1 else "mixed"
+
+    def label(self) -> str | None:
+        """The words that say how the streaks were keyed, where that is not by user and job name/group."""
+        if self.key() is None:
+            return "cannot be seen: no failed job names its user" if self.failures else None
+        if not self.keyed["user"]:
+            return None
+        if len(self.bare) == self.logs:
+            return USER_ALONE_LABEL
+        more = ", ..." if len(self.bare) > 5 else ""
+        return f"by user alone in {', '.join(self.bare[:5])}{more}: no job names or groups there"
+
+
+def _repeat_keying(q: _Q) -> _Keying:
+    """Per log (source), not per job: a log with neither a job name nor a group on any job is keyed by user
+    alone, so its streaks are seen; in a log with names, a nameless job is not lumped in with every other
+    nameless job of its user, and is counted as unkeyed instead."""
+    rows = q.rows(
+        'SELECT source, bool_or(name IS NOT NULL OR "group" IS NOT NULL), '
+        "count(*) FILTER (seq AND name IS NOT NULL), "
+        'count(*) FILTER (seq AND name IS NULL AND "group" IS NOT NULL), '
+        'count(*) FILTER (seq AND name IS NULL AND "group" IS NULL), '
+        "count(*) FILTER (outcome = 'waste' AND \"user\" IS NULL), "
+        'count(*) FILTER (outcome = \'waste\' AND "user" IS NOT NULL AND name IS NULL AND "group" IS NULL), '
+        "count(*) FILTER (outcome = 'waste') "
+        'FROM (SELECT source, "user", name, "group", outcome, '
+        "outcome IN ('success', 'waste') AND \"user\" IS NOT NULL AS seq FROM a) "
+        "GROUP BY source ORDER BY source"
+    )
+    keyed = dict.fromkeys(REPEAT_KEYS, 0)
+    unkeyed = failures = 0
+    for _src, named, by_name, by_group, neither, no_user, nameless, fails in rows:
+        keyed["user+name"] += int(by_name)
+        keyed["user+group"] += int(by_group)
+        if named:
+            unkeyed += int(nameless)
+        else:
+            keyed["user"] += int(neither)
+        unkeyed += int(no_user)
+        failures += int(fails)
+    bare = [str(src) for src, named, *_ in rows if not named]
+    return _Keying(bare, len(rows), keyed, unkeyed, failures)
+
+
 def _repeat_failures(q: _Q, top: int, min_run: int, wasted: float) -> dict[str, Any]:
-    """Gaps and islands: runs of >= min_run consecutive waste-class jobs of one user+name (or user+group).
+    """Gaps and islands: runs of >= min_run consecutive waste-class jobs of one user+name (or user+group; or,
+    in a log with neither names nor groups, of one user: `_repeat_keying`).
 
     Only successes and waste-class jobs form the sequence (a cancelled job neither extends nor breaks a
     streak); jobs are ordered by end time (else start, else submit), ties by job id. One window pass: the
     number of successes so far names the island, so failures between the same two successes share it, and a
     success followed the island when the key has more successes than that.
     """
+    keying = _repeat_keying(q)
     waste_states = [st.value for st in WASTE_STATES]
     code = "CASE state " + " ".join(f"WHEN '{st}' THEN {i}" for i, st in enumerate(waste_states)) + " END"
     flags = ", ".join(f"bool_or(sc = {i}) AS has_{i}" for i in range(len(waste_states)))
-    # The source is part of the key: a user's failures on two clusters are not one streak.
+    # The source is part of the key: a user's failures on two clusters are not one streak. A job of a log
+    # keyed by user alone hashes a NULL name: no named key shares its hash.
     key = 'hash(source, "user", coalesce(name, "group"), name IS NULL)'
+    keyable = 'coalesce(name, "group") IS NOT NULL'
+    params: dict[str, object] = {}
+    if keying.bare:
+        keyable = f"({keyable} OR list_contains($bare_sources, source))"
+        params["bare_sources"] = keying.bare
+    rule = (
+        "CASE WHEN name IS NOT NULL THEN 'user+name' WHEN \"group\" IS NOT NULL THEN 'user+group' "
+        "ELSE 'user' END"
+    )
     # The sort carries only numbers (key hash, time, tie hash); names are looked up for the top rows alone.
     rows = q.rows(
         f", seq AS (SELECT {key} AS key, outcome = 'waste' AS bad, CAST({code} AS UTINYINT) AS sc, "
         "gpu_hours, t, tie FROM a WHERE outcome IN ('success', 'waste') AND \"user\" IS NOT NULL "
-        'AND coalesce(name, "group") IS NOT NULL), '
+        f"AND {keyable}), "
         "num AS (SELECT *, sum(CAST(NOT bad AS INTEGER)) OVER (PARTITION BY key ORDER BY t, tie "
         "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS oks FROM seq), "
         "tot AS (SELECT key, max(oks) AS all_oks FROM num GROUP BY key), "
@@ -295,15 +384,20 @@ def _repeat_failures(q: _Q, top: int, min_run: int, wasted: float) -> dict[str, 
         "fsum(CASE WHEN success_followed THEN 0.0 ELSE gh END) OVER () AS gh_open FROM s "
         f"ORDER BY gh DESC, n DESC, key LIMIT {int(top)}), "
         f'names AS (SELECT {key} AS key, any_value("user") AS u, any_value(coalesce(name, "group")) AS k, '
-        f"any_value(name IS NULL) AS by_group FROM a WHERE {key} IN (SELECT key FROM best) GROUP BY 1) "
-        "SELECT u, k, by_group, n, gh, first_t, last_t, success_followed, c_all, n_all, gh_all, c_open, "
+        f"any_value({rule}) AS rule FROM a WHERE {key} IN (SELECT key FROM best) GROUP BY 1) "
+        "SELECT u, k, rule, n, gh, first_t, last_t, success_followed, c_all, n_all, gh_all, c_open, "
         "gh_open, "
         f"{', '.join(f'has_{i}' for i in range(len(waste_states)))} FROM best JOIN names USING (key) "
-        "ORDER BY gh DESC, n DESC, u, k"
+        "ORDER BY gh DESC, n DESC, u, k NULLS FIRST",
+        params,
     )
     n, jobs, gh, unresolved, unresolved_gh = rows[0][8:13] if rows else (0, 0, 0.0, 0, 0.0)
     return {
         "min_run": min_run,
+        "key": keying.key(),
+        "key_label": keying.label(),
+        "keyed_jobs": keying.keyed,
+        "unkeyed_failures": keying.unkeyed,
         "streaks": int(n),
         "jobs": int(jobs),
         "gpu_hours": _f(gh),
@@ -313,9 +407,9 @@ def _repeat_failures(q: _Q, top: int, min_run: int, wasted: float) -> dict[str, 
         "rows": [
             {
                 "user": u,
-                "name": None if by_group else k,
-                "group": k if by_group else None,
-                "key": "user+group" if by_group else "user+name",
+                "name": k if rk == "user+name" else None,
+                "group": k if rk == "user+group" else None,
+                "key": str(rk),
                 "failures": int(nn),
                 "gpu_hours": _f(g),
                 "first": _iso(first),
@@ -323,7 +417,7 @@ def _repeat_failures(q: _Q, top: int, min_run: int, wasted: float) -> dict[str, 
                 "success_followed": bool(ok),
                 "states": [st for st, has in zip(waste_states, r[5:], strict=True) if has],
             }
-            for u, k, by_group, nn, g, first, last, ok, *r in rows
+            for u, k, rk, nn, g, first, last, ok, *r in rows
         ],
     }
 
@@ -382,6 +476,74 @@ def _early_failures(q: _Q) -> dict[str, Any]:
             "waste": [_ratio(cum(hist[True], i), n_w) for i in range(k)],
             "success": [_ratio(cum(hist[False], i), n_ok) for i in range(k)],
         },
+    }
+
+
+_CANCEL_BUCKET_SQL = (
+    "CASE WHEN NOT started THEN 'never_started' "
+    f"WHEN runtime <= {CANCEL_EARLY_S} THEN 'within_10_min' "
+    "WHEN coalesce(time_limit, 0) <= 0 THEN 'no_time_limit' "
+    f"WHEN runtime >= {CANCEL_LATE_SHARE} * time_limit THEN 'near_time_limit' ELSE 'rest' END"
+)
+
+
+def _cancel_block(n: Any, gh: Any, of_n: int, of_gh: float) -> dict[str, Any]:
+    return {
+        "jobs": int(n),
+        "gpu_hours": _f(gh),
+        "share_jobs": _ratio(int(n), of_n),
+        "share_gpu_hours": _part_of(_f(gh), of_gh),
+    }
+
+
+def _cancelled(q: _Q, top: int, audited_gpu_hours: float) -> dict[str, Any]:
+    """Cancelled jobs by when they were cancelled (CANCEL_BUCKETS), overall and for the users with the most
+    cancelled GPU-hours: a cancellation soon after the start saved the GPUs; one near the time limit had
+    spent most of them on a job that never finished. One scan (GROUPING SETS), the top users cut in SQL."""
+    rows = q.rows(
+        f", c AS (SELECT coalesce(\"user\", '(none)') AS u, {_CANCEL_BUCKET_SQL} AS b, gpu_hours "
+        "FROM a WHERE outcome = 'cancelled'), "
+        "g AS (SELECT grouping(u) AS gu, u, b, count(*) AS n, coalesce(fsum(gpu_hours), 0) AS gh FROM c "
+        "GROUP BY GROUPING SETS ((b), (u, b))), "
+        "tu AS (SELECT u, sum(n) AS un, fsum(gh) AS ugh FROM g WHERE gu = 0 GROUP BY u "
+        f"ORDER BY ugh DESC, un DESC, u LIMIT {int(top)}) "
+        "SELECT NULL AS u, b, n, gh, NULL AS un, NULL AS ugh FROM g WHERE gu = 1 "
+        "UNION ALL SELECT g.u, g.b, g.n, g.gh, tu.un, tu.ugh FROM g JOIN tu ON g.gu = 0 AND g.u = tu.u"
+    )
+    buckets: dict[str, tuple[int, float]] = {}
+    users: dict[str, dict[str, Any]] = {}
+    for u, b, n, gh, un, ugh in rows:
+        if u is None:  # a bucket's total over every user
+            buckets[str(b)] = (int(n), _f(gh))
+            continue
+        user = users.setdefault(str(u), {"user": str(u), "jobs": int(un), "gpu_hours": _f(ugh), "b": {}})
+        user["b"][str(b)] = (int(n), _f(gh))
+    jobs = sum(n for n, _ in buckets.values())
+    gh_all = math.fsum(g for _, g in buckets.values())
+    by_user = sorted(users.values(), key=lambda x: (-x["gpu_hours"], -x["jobs"], x["user"]))
+    return {
+        "jobs": jobs,
+        "gpu_hours": gh_all,
+        "share_of_gpu_hours": _part_of(gh_all, audited_gpu_hours),
+        "early_s": CANCEL_EARLY_S,
+        "near_limit_share": CANCEL_LATE_SHARE,
+        "by_bucket": {
+            k: {"label": label, **_cancel_block(*buckets.get(k, (0, 0.0)), jobs, gh_all)}
+            for k, label in CANCEL_BUCKETS.items()
+        },
+        "by_user": [
+            {
+                "user": x["user"],
+                "jobs": x["jobs"],
+                "gpu_hours": x["gpu_hours"],
+                "share_of_cancelled_gpu_hours": _part_of(x["gpu_hours"], gh_all),
+                "by_bucket": {
+                    k: {"jobs": x["b"].get(k, (0, 0.0))[0], "gpu_hours": x["b"].get(k, (0, 0.0))[1]}
+                    for k in CANCEL_BUCKETS
+                },
+            }
+            for x in by_user
+        ],
     }
 
 
@@ -579,6 +741,9 @@ HEADLINES: tuple[tuple[str, str, str], ...] = (
 def headline(report: dict[str, Any]) -> dict[str, float | None]:
     """The figures a before/after comparison shows, picked out of a full report."""
     early15 = next((e for e in report["early_failures"]["within"] if e["minutes"] == 15), None)
+    rf = report["repeat_failures"]
+    # failures of which none could be keyed (a log without users): repeat failures unknown, not zero
+    unseen = rf.get("unkeyed_failures") and not any(rf.get("keyed_jobs", {}).values())
     values: dict[str, float | None] = {
         "jobs": report["totals"]["jobs"],
         "gpu_jobs": report["totals"]["gpu_jobs"],
@@ -589,7 +754,7 @@ def headline(report: dict[str, Any]) -> dict[str, float | None]:
         "wasted_gpu_hours": report["wasted_gpu_hours"],
         "wasted_cost_usd": report["wasted_cost"]["usd"],
         "early_failures_15min_share": early15["share_jobs"] if early15 else None,
-        "repeat_failure_gpu_hours": report["repeat_failures"]["gpu_hours"],
+        "repeat_failure_gpu_hours": None if unseen else rf["gpu_hours"],
         # without time limits in the data a timeout cannot happen: unknown, not zero
         "timeout_gpu_hours": report["timeouts"]["gpu_hours"]
         if report["timeouts"]["time_limits_known"] or report["timeouts"]["jobs"]
@@ -664,6 +829,8 @@ def audit_report(
     report["early_failures"] = _early_failures(q)
     step("timeouts")
     report["timeouts"] = _timeouts(q, top, report["wasted_gpu_hours"])
+    step("cancelled")
+    report["cancelled"] = _cancelled(q, top, report["totals"]["audited_gpu_hours"])
     step("waiting")
     report["waiting"] = _waiting(q, top)
     step("weekly")

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from headway.atomic import replaced_atomically
-from headway.audit.compute import BY_TITLES
-from headway.audit.render import WEEKS_SHOWN, _change, _fmt, dur, gh, pct, usd
+from headway.audit.compute import BY_TITLES, CANCEL_BUCKETS
+from headway.audit.render import WEEKS_SHOWN, _change, _fmt, dur, gh, pct, repeat_job, repeat_keyed_by, usd
 from headway.console import count
 from headway.schema import OUTCOME_OF, Outcome, State
 
@@ -25,6 +25,16 @@ CHART_IDS: tuple[str, ...] = (
     "chart-early",
     "chart-waiting",
 )
+# Charts drawn only when there is something to draw (a log without cancelled jobs has no cancelled charts).
+CANCELLED_CHART_IDS: tuple[str, ...] = ("chart-cancelled", "chart-cancelled-users")
+# Cancelled buckets from "saved GPUs" (green) to "spent most of the limit" (red); grey: not known.
+CANCEL_COLORS: dict[str, str] = {
+    "never_started": "#b0bec5",
+    "within_10_min": "#66bb6a",
+    "rest": "#f9a825",
+    "near_time_limit": "#c62828",
+    "no_time_limit": "#78909c",
+}
 COLORS = {
     Outcome.SUCCESS.value: "#2e7d32",
     Outcome.WASTE.value: "#c62828",
@@ -233,6 +243,10 @@ def _figures(r: dict[str, Any]) -> dict[str, Any]:
         },
     )
 
+    c = r.get("cancelled")
+    if c and c["jobs"]:
+        figs.update(_cancelled_figures(c, layout))
+
     sizes = r["waiting"]["by_size"]
     short = {b["gpus"]: b for b in r["waiting"]["short_jobs"]["by_size"]}
     xs = [b["gpus"] for b in sizes]
@@ -257,6 +271,118 @@ def _figures(r: dict[str, Any]) -> dict[str, Any]:
     return figs
 
 
+def _cancelled_figures(c: dict[str, Any], layout: dict[str, Any]) -> dict[str, Any]:
+    """Cancelled GPU-hours by when the jobs were cancelled, and the top users' GPU-hours split the same way
+    (a job cancelled before it started held no GPU: its bucket has jobs, never GPU-hours, so only the
+    first chart's label shows it)."""
+    import plotly.graph_objects as go
+
+    buckets = c["by_bucket"]
+    figs: dict[str, Any] = {}
+    figs["chart-cancelled"] = go.Figure(
+        go.Bar(
+            x=[b["label"] for b in buckets.values()],
+            y=[b["gpu_hours"] for b in buckets.values()],
+            marker_color=[CANCEL_COLORS[k] for k in buckets],
+            text=[f"{b['jobs']:,} jobs" for b in buckets.values()],
+            textposition="outside",  # above the bar: 0 GPU-hours (never started) still shows its jobs
+            cliponaxis=False,
+            hovertemplate="%{x}: %{y:,.2~f} GPU-hours, %{text}<extra></extra>",
+        ),
+        layout={
+            **layout,
+            "title": "Cancelled GPU-hours by when the job was cancelled (green saved GPUs, red spent them)",
+            "yaxis": {"title": "GPU-hours"},
+            "xaxis": {"type": "category"},
+        },
+    )
+    users = list(reversed(c["by_user"]))
+    names = [_html.escape(str(u["user"]), quote=False) for u in users]  # text, not markup (see chart-top)
+    figs["chart-cancelled-users"] = go.Figure(
+        [
+            go.Bar(
+                y=names,
+                x=[u["by_bucket"][k]["gpu_hours"] for u in users],
+                orientation="h",
+                name=CANCEL_BUCKETS[k],
+                marker_color=CANCEL_COLORS[k],
+                customdata=[u["by_bucket"][k]["jobs"] for u in users],
+                hovertemplate="%{y}: %{x:,.2~f} GPU-hours, %{customdata:,} jobs<extra></extra>",
+            )
+            for k in CANCEL_BUCKETS
+            if k != "never_started"
+        ],
+        layout={
+            **layout,
+            "title": "Top users by cancelled GPU-hours",
+            "barmode": "stack",
+            "xaxis": {"title": "cancelled GPU-hours"},
+            "yaxis": {"type": "category", "automargin": True},
+            "legend": {"orientation": "h", "y": -0.2, "traceorder": "normal"},
+        },
+    )
+    return figs
+
+
+def _cancelled_section(c: dict[str, Any] | None, figs: dict[str, Any]) -> str:
+    """The cancelled-jobs section: what the buckets mean, both charts, and their tables."""
+    if not c:
+        return ""
+    out = ["<h2>Cancelled jobs</h2>"]
+    if not c["jobs"]:
+        return out[0] + "<p>No cancelled jobs.</p>"
+    out.append(
+        f"<p>{count(c['jobs'], 'cancelled job')}: {_e(gh(c['gpu_hours']))} GPU-hours "
+        f"({_e(pct(c['share_of_gpu_hours']))} of the GPU-hours audited). A job cancelled within "
+        f"{c['early_s'] / 60:.0f} min of starting saved the GPUs it would have held; one cancelled after "
+        f"{c['near_limit_share'] * 100:.0f}% or more of its time limit had spent most of them.</p>"
+    )
+    out.append(_chart(figs["chart-cancelled"], "chart-cancelled"))
+    out.append(
+        _table(
+            ["when cancelled", "jobs", "% jobs", "GPU-hours", "% GPU-hours"],
+            [
+                [
+                    b["label"],
+                    f"{b['jobs']:,}",
+                    pct(b["share_jobs"]),
+                    gh(b["gpu_hours"]),
+                    pct(b["share_gpu_hours"]),
+                ]
+                for b in c["by_bucket"].values()
+            ],
+        )
+    )
+    out.append(_chart(figs["chart-cancelled-users"], "chart-cancelled-users"))
+    out.append(
+        _table(
+            [
+                "user",
+                "jobs",
+                "GPU-hours",
+                "% of cancelled",
+                *(f"{v} ({'jobs' if k == 'never_started' else 'GPU-h'})" for k, v in CANCEL_BUCKETS.items()),
+            ],
+            [
+                [
+                    str(u["user"]),
+                    f"{u['jobs']:,}",
+                    gh(u["gpu_hours"]),
+                    pct(u["share_of_cancelled_gpu_hours"]),
+                    *(
+                        f"{u['by_bucket'][k]['jobs']:,}"
+                        if k == "never_started"
+                        else gh(u["by_bucket"][k]["gpu_hours"])
+                        for k in CANCEL_BUCKETS
+                    ),
+                ]
+                for u in c["by_user"]
+            ],
+        )
+    )
+    return "".join(out)
+
+
 def _chart(fig: Any, div_id: str) -> str:
     div = fig.to_html(
         full_html=False,
@@ -265,6 +391,26 @@ def _chart(fig: Any, div_id: str) -> str:
         config={"displaylogo": False, "responsive": True},
     )
     return f'<section class="chart" id="{div_id}">{div}</section>'
+
+
+def _repeat_summary(rf: dict[str, Any]) -> str:
+    """The repeat-failure heading and its sentence, which says how streaks were keyed (by user alone in a log
+    without job names or groups) and that they cannot be seen in a log without users, never a bare 0."""
+    label = rf.get("key_label")
+    if rf.get("key") is None and label:
+        return f"<h2>Repeat failures</h2><p>{_e(label[:1].upper() + label[1:])}.</p>"
+    unkeyed = rf.get("unkeyed_failures") or 0
+    left_out = (
+        f" {count(unkeyed, 'failure')} left out (no user, or neither name nor group)." if unkeyed else ""
+    )
+    head = f"<h2>Repeat failures</h2>{f'<p><b>{_e(label)}</b></p>' if label else ''}"
+    return (
+        f"{head}<p>{rf['streaks']:,} runs of {rf['min_run']}+ failures in a row "
+        f"by the same {_e(repeat_keyed_by(rf))}: {rf['jobs']:,} jobs, "
+        f"{_e(gh(rf['gpu_hours']))} GPU-hours "
+        f"({_e(pct(rf['share_of_wasted_gpu_hours']))} of the waste); {rf['unresolved_streaks']:,} never "
+        f"followed by a success.{left_out}</p>"
+    )
 
 
 def render_html(r: dict[str, Any]) -> str:
@@ -363,13 +509,7 @@ def render_html(r: dict[str, Any]) -> str:
             )
         )
         rf = r["repeat_failures"]
-        parts.append(
-            f"<h2>Repeat failures</h2><p>{rf['streaks']:,} runs of {rf['min_run']}+ failures in a row "
-            f"by the same user+name (user+group without names): {rf['jobs']:,} jobs, "
-            f"{_e(gh(rf['gpu_hours']))} GPU-hours "
-            f"({_e(pct(rf['share_of_wasted_gpu_hours']))} of the waste); {rf['unresolved_streaks']:,} never "
-            "followed by a success.</p>"
-        )
+        parts.append(_repeat_summary(rf))
         if rf["rows"]:
             parts.append(
                 _table(
@@ -377,7 +517,7 @@ def render_html(r: dict[str, Any]) -> str:
                     [
                         [
                             str(x["user"]),
-                            str(x["name"] if x["name"] is not None else f"group {x['group']}"),
+                            repeat_job(x),
                             f"{x['failures']:,}",
                             gh(x["gpu_hours"]),
                             (x["first"] or "–")[:16],
@@ -438,6 +578,7 @@ def render_html(r: dict[str, Any]) -> str:
                     ],
                 )
             )
+        parts.append(_cancelled_section(r.get("cancelled"), figs))
         wt = r["waiting"]
         parts.append("<h2>Waiting</h2>" + _chart(figs["chart-waiting"], "chart-waiting"))
         parts.append(

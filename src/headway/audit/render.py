@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from headway.audit.compute import BY_TITLES
+from headway.audit.compute import BY_TITLES, REPEAT_KEYS
 from headway.console import count, plain, print_table, safe_escape
 from headway.schema import OUTCOME_OF, State
 
@@ -125,6 +125,7 @@ def render_terminal(report: dict[str, Any], console: Console) -> None:
     _repeats(report, console)
     _early(report, console)
     _timeouts(report, console)
+    _cancelled(report, console)
     _waiting(report, console)
     _weekly(report, console)
     _comparison(report, console)
@@ -191,15 +192,41 @@ def _top(r: dict[str, Any], console: Console) -> None:
     print_table(tab, console)
 
 
+def repeat_keyed_by(rf: dict[str, Any]) -> str:
+    """What a repeat-failure streak is a streak of, in words: "user+name", "user alone", or the rules used
+    in turn ("user+name, else user+group"); a report from before `keyed_jobs` keyed user+name, else group."""
+    keyed = rf.get("keyed_jobs")
+    if keyed is None:
+        return "user+name, else user+group"
+    used = [k for k in REPEAT_KEYS if keyed.get(k)] or ["user+name"]
+    return ", else ".join("user alone" if k == "user" else k for k in used)
+
+
+def repeat_job(row: dict[str, Any]) -> str:
+    """The job a streak's row is about: its name, its group, or every job of its user."""
+    if row.get("key") == "user":
+        return "(any job)"
+    return str(row["name"]) if row["name"] is not None else f"group {row['group']}"
+
+
 def _repeats(r: dict[str, Any], console: Console) -> None:
     rf = r["repeat_failures"]
+    label = rf.get("key_label")
+    if rf.get("key") is None and label:  # failures, none of them keyed: unknown, not "none"
+        console.print(f"Repeat failures {safe_escape(label)}.")
+        return
+    head = f"Repeat failures ({safe_escape(label)})" if label else "Repeat failures"
+    unkeyed = rf.get("unkeyed_failures") or 0
+    left_out = (
+        f"; {count(unkeyed, 'failure')} left out (no user, or neither name nor group)" if unkeyed else ""
+    )
     if rf["streaks"] == 0:
-        console.print(f"Repeat failures: no user+name failed {rf['min_run']}+ times in a row.")
+        console.print(f"{head}: no {repeat_keyed_by(rf)} failed {rf['min_run']}+ times in a row{left_out}.")
         return
     console.print(
-        f"Repeat failures: [bold]{rf['streaks']:,}[/] run(s) of {rf['min_run']}+ failures in a row "
+        f"{head}: [bold]{rf['streaks']:,}[/] run(s) of {rf['min_run']}+ failures in a row "
         f"({rf['jobs']:,} jobs, {gh(rf['gpu_hours'])} GPU-hours, {pct(rf['share_of_wasted_gpu_hours'])} of "
-        f"the waste); {rf['unresolved_streaks']:,} never followed by a success"
+        f"the waste); {rf['unresolved_streaks']:,} never followed by a success{left_out}"
     )
     tab = _table(
         "Longest-burning repeat failures",
@@ -212,14 +239,65 @@ def _repeats(r: dict[str, Any], console: Console) -> None:
         right=(2, 3),
     )
     for row in rf["rows"]:
-        what = row["name"] if row["name"] is not None else f"group {row['group']}"
         tab.add_row(
             plain(str(row["user"])[:16]),
-            plain(str(what)[:30]),
+            plain(repeat_job(row)[:30]),
             f"{row['failures']:,}",
             gh(row["gpu_hours"]),
             (row["last"] or "–")[:16].replace("T", " "),
             "yes" if row["success_followed"] else "[red]no[/]",
+        )
+    print_table(tab, console)
+
+
+def _cancelled(r: dict[str, Any], console: Console) -> None:
+    """Cancelled jobs by when they were cancelled, then the users with the most cancelled GPU-hours: the
+    jobs they withdrew or stopped early (GPUs saved) beside the GPU-hours they stopped near the limit."""
+    c = r.get("cancelled")  # absent in a report written before the section existed
+    if not c:
+        return
+    if c["jobs"] == 0:
+        console.print("Cancelled: no cancelled jobs.")
+        return
+    console.print(
+        f"Cancelled: {count(c['jobs'], 'job')}, [bold]{gh(c['gpu_hours'])} GPU-hours[/] "
+        f"({pct(c['share_of_gpu_hours'])} of the GPU-hours audited)"
+    )
+    tab = _table(
+        "Cancelled jobs by when they were cancelled",
+        "when cancelled",
+        "jobs",
+        "% jobs",
+        "GPU-hours",
+        "% GPU-hours",
+        right=(1, 2, 3, 4),
+    )
+    for b in c["by_bucket"].values():
+        tab.add_row(
+            b["label"], f"{b['jobs']:,}", pct(b["share_jobs"]), gh(b["gpu_hours"]), pct(b["share_gpu_hours"])
+        )
+    print_table(tab, console)
+    tab = _table(
+        "Top users by cancelled GPU-hours",
+        "user",
+        "jobs",
+        "GPU-hours",
+        "% of cancelled",
+        "never started",
+        "<= 10 min",
+        "near limit GPU-h",
+        right=(1, 2, 3, 4, 5, 6),
+    )
+    for u in c["by_user"]:
+        bb = u["by_bucket"]
+        tab.add_row(
+            plain(str(u["user"])[:20]),
+            f"{u['jobs']:,}",
+            gh(u["gpu_hours"]),
+            pct(u["share_of_cancelled_gpu_hours"]),
+            f"{bb['never_started']['jobs']:,}",
+            f"{bb['within_10_min']['jobs']:,}",
+            gh(bb["near_time_limit"]["gpu_hours"]),
         )
     print_table(tab, console)
 
