@@ -47,8 +47,9 @@ def test_validate_json_reports_folds_of_the_training_period(db: Path) -> None:
     assert res.exit_code == 0 and "calibrated model's ece" in res.stdout
 
 
-def test_evaluate_json_has_the_agreed_keys(db: Path) -> None:
+def test_evaluate_json_has_the_agreed_keys_and_no_goal_verdicts(db: Path) -> None:
     r = _json(["predict", "evaluate", "--db", str(db), "--json"])
+    assert "claims" not in r  # the project's goals (AUC +0.03, ECE <= 0.03) live in benchmarks/bench_goals.py
     for key in ("auc", "brier", "ece", "log_loss", "reliability"):
         assert key in r
     base = r["baseline"]
@@ -57,11 +58,21 @@ def test_evaluate_json_has_the_agreed_keys(db: Path) -> None:
     assert "within_50pct" in r["runtime"]  # type: ignore[operator]
     assert r["split"]["test_fraction"] == 0.3  # type: ignore[index]
     floor = r["noise"]["by_user_day"]["ece_floor"]  # type: ignore[index]
-    assert 0 < floor["mean"] < 1 and 0 <= floor["share_within_goal"] <= 1
+    assert 0 < floor["mean"] < 1 and set(floor) == {"mean", "p05", "p95"}
     res = runner.invoke(app, ["predict", "evaluate", "--db", str(db)])
-    assert res.exit_code == 0 and "even a perfectly calibrated model would show ece" in " ".join(
-        res.stdout.split()
-    )
+    text = " ".join(res.stdout.split())
+    assert res.exit_code == 0 and "even a perfectly calibrated model would show ece" in text
+
+
+def test_evaluate_prints_figures_on_a_users_log_but_no_development_goal(db: Path) -> None:
+    """`no auc_gain_at_least_0.03` and `at most 0.03 in 8% of such test sets` judged a user's own log
+    against this project's targets; the figures and the baseline stay, the verdicts are gone."""
+    res = runner.invoke(app, ["predict", "evaluate", "--db", str(db)])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.stdout.split())
+    assert "completion: model vs baseline" in text and "auc gain" in text
+    for verdict in ("at_least", "at_most", "goal", "claim", "of such test sets", "yes ", "n/a "):
+        assert verdict not in text, verdict
 
 
 def test_train_then_show_a_stored_job_and_a_pending_spec(db: Path, tmp_path: Path) -> None:
@@ -239,9 +250,9 @@ def test_show_of_a_job_id_with_an_unknown_source_names_the_source_not_the_job(db
     assert "not in the store" not in text
 
 
-def test_evaluate_on_a_store_where_every_job_failed_calls_no_claim_it_cannot_measure(tmp_path: Path) -> None:
-    """With one outcome only, AUC is undefined and no job completed: the claims read `false` ("no") and
-    the table named the baseline the winner on AUC; the text said "auc nan" and "covers nan%"."""
+def test_evaluate_on_a_store_where_every_job_failed_shows_dashes_not_nan(tmp_path: Path) -> None:
+    """With one outcome only, AUC is undefined and no job completed: the table named the baseline the
+    winner on AUC, and the text said "auc nan" and "covers nan%"."""
     import pyarrow as pa
 
     path = tmp_path / "failed.duckdb"
@@ -250,16 +261,24 @@ def test_evaluate_on_a_store_where_every_job_failed_calls_no_claim_it_cannot_mea
     with JobStore(path) as store:
         store.upsert(t)
     r = _json(["predict", "evaluate", "--db", str(path), "--json"])
-    c = r["claims"]
-    assert isinstance(c, dict)
-    assert c["auc_gain_at_least_0.03"] is None and c["runtime_within_50pct_above_baseline"] is None
-    assert isinstance(c["brier_below_baseline"], bool) and isinstance(c["ece_at_most_0.03"], bool)
+    assert "claims" not in r
+    # benchmarks/bench_goals.py, where the goals went, calls what this test set cannot tell unknown
+    import importlib.util
+
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_goals.py"
+    spec = importlib.util.spec_from_file_location("bench_goals", bench)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    met = {g["goal"].split()[0]: g["met"] for g in mod.predict_goals(r)}
+    assert met["completion"] is None and met["runtime"] is None
+    assert isinstance(met["Brier"], bool) and isinstance(met["ECE"], bool)
     res = runner.invoke(app, ["predict", "evaluate", "--db", str(path)])
     assert res.exit_code == 0, res.output
     text = " ".join(res.stdout.split())
     assert "nan" not in text
     assert "│ auc │ - │ - │ - │" in text
-    assert "n/a auc_gain_at_least_0.03" in text and "no auc_gain" not in text
+    assert "auc_gain" not in text
 
 
 def test_train_does_not_write_its_model_over_a_file_that_is_not_a_model(db: Path, tmp_path: Path) -> None:

@@ -67,11 +67,12 @@ def test_json_has_every_policy_with_design_metric_names(run_json: dict[str, Any]
         assert m["excluded"] == sum(run_json["excluded_counts"].values())  # every reason, not too-big only
 
 
-def test_json_ratios_goals_cluster_and_load(run_json: dict[str, Any]) -> None:
+def test_json_has_ratios_cluster_and_load_but_no_goals(run_json: dict[str, Any]) -> None:
     ratios = run_json["ratios_to_multifactor"]
     assert isinstance(ratios, dict)
     assert ratios["multifactor"]["time_to_success_mean"] == pytest.approx(1.0)
-    assert {g["goal"] for g in run_json["goals"]} >= {"impact time_to_success_mean <= 0.7x multifactor"}
+    assert "goals" not in run_json  # the project's goals are checked in benchmarks/bench_goals.py
+    assert "goal" not in json.dumps(run_json)
     cluster = run_json["cluster"]
     assert isinstance(cluster, dict)
     assert cluster["capacity_gpus"] == 32
@@ -80,6 +81,8 @@ def test_json_ratios_goals_cluster_and_load(run_json: dict[str, Any]) -> None:
     assert isinstance(trace, dict)
     assert trace["offered_load"] == pytest.approx(1.0)
     assert run_json["reference"] is None
+    check = run_json["load_check"]  # the log's own load on this cluster, whatever --load rescales it to
+    assert check["window"] == "arrivals" and check["offered_load"] > 0 and check["note"] is None
 
 
 def test_jobs_too_large_for_the_cluster_are_listed(run_json: dict[str, Any]) -> None:
@@ -95,6 +98,18 @@ def test_table_output_shows_policies_and_ratios(trace: Path) -> None:
     assert "multifactor" in res.stdout
     assert "x" in res.stdout  # ratio cells such as 0.93x
     assert "ratio to multifactor" in res.stdout
+
+
+def test_table_output_judges_no_policy_against_a_development_goal(trace: Path) -> None:
+    """`goal: impact time_to_success_mean <= 0.7x multifactor: 0.90x, not met` ended every replay of a
+    user's own log: a target of this project, not a fact about their cluster."""
+    res = runner.invoke(
+        app, ["simulate", str(trace), *CLUSTER, "--policy", "fifo,multifactor,impact", "--load", "1.0"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "impact" in res.stdout
+    for word in ("goal", "not met", " met", "<= 0.7x"):
+        assert word not in res.output, word
 
 
 def test_html_report_is_self_contained(trace: Path, tmp_path: Path) -> None:
@@ -191,6 +206,27 @@ def test_reference_figures_print_beside_ours_when_asked(trace: Path) -> None:
     q = [r for r in ref["rows"] if r["policy"] == "qssf" and r["metric"] == "time_to_success_mean"]
     assert q and q[0]["helios"] == 104_075
     assert q[0]["headway_impact"] is not None
+    assert q[0]["impact_ratio"] == pytest.approx(q[0]["headway_impact"] / 104_075)
+    assert "impact_beats_helios_qssf" not in q[0]  # a figure beside the peer's, not a verdict
+
+
+@pytest.mark.slow
+def test_peer_figures_appear_only_with_reference_even_on_the_philly_sample() -> None:
+    """The Helios figures were switched on by the trace's identity (5,910 Philly jobs on 512 GPUs); now
+    only `--reference helios-philly` prints them, whatever the trace."""
+    from headway.data import sample_path
+
+    sample = str(sample_path("philly_jobs.json.gz"))
+    plain = runner.invoke(app, ["simulate", sample, "--policy", "fifo", "--json"])
+    assert plain.exit_code == 0, plain.output
+    assert json.loads(plain.stdout)["reference"] is None
+    table = runner.invoke(app, ["simulate", sample, "--policy", "fifo"])
+    assert table.exit_code == 0 and "Helios" not in table.output
+    asked = runner.invoke(app, ["simulate", sample, "--policy", "fifo", "--reference", "helios-philly"])
+    assert asked.exit_code == 0, asked.output
+    assert "Beside a peer: the Helios artifact's simulator" in asked.stdout
+    old = runner.invoke(app, ["simulate", sample, "--policy", "fifo", "--reference", "auto"])
+    assert old.exit_code != 0 and "choose one of none, helios-philly" in old.output
 
 
 def test_simulate_reads_jobs_from_the_store(tmp_path: Path) -> None:

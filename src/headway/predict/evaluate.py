@@ -20,7 +20,6 @@ from headway.predict.features import FeatureFrame
 from headway.predict.model import P_CLIP, Calibration, Predictor, TrainConfig
 
 ECE_BINS = 10
-ECE_GOAL = 0.03  # the calibration the claims check
 
 
 def auc(y: npt.NDArray[np.bool_], p: npt.NDArray[np.float64]) -> float:
@@ -236,11 +235,12 @@ def user_days(tf: FeatureFrame) -> npt.NDArray[np.int64]:
 def noise(tf: FeatureFrame, pred: Predictions, rounds: int = BOOTSTRAP, seed: int = 0) -> dict[str, Any]:
     """How much the headline figures move by chance on a test set of this size.
 
-    A bootstrap of the test jobs gives 90% intervals of each claim's margin; `ece_floor` is the ECE a
-    perfectly calibrated model would still show here (labels drawn from its own probabilities), the
-    sampling floor under which ECE cannot be read. `by_user_day` resamples whole user-days instead
-    (`user_days`): outcomes within one are correlated, so job-level intervals are too narrow; it also
-    says how correlated (`correlation`) and the ECE floor of a calibrated model with that correlation."""
+    A bootstrap of the test jobs gives 90% intervals of the model's margins over the baseline;
+    `ece_floor` is the ECE a perfectly calibrated model would still show here (labels drawn from its own
+    probabilities), the sampling floor under which ECE cannot be read. `by_user_day` resamples whole
+    user-days instead (`user_days`): outcomes within one are correlated, so job-level intervals are too
+    narrow; it also says how correlated (`correlation`) and the ECE floor of a calibrated model with that
+    correlation."""
     rng = np.random.default_rng(seed)
     y = tf.success
     p = pred.p_success
@@ -353,13 +353,7 @@ def correlated_ece_floor(
     is the case weight = 0."""
     rng = np.random.default_rng(seed)
     a = np.asarray([ece(correlated_labels(p, block, weight, rng), p) for _ in range(rounds)])
-    return {
-        "mean": float(a.mean()),
-        "p05": float(np.quantile(a, 0.05)),
-        "p95": float(np.quantile(a, 0.95)),
-        # how often such a model would meet the claims' ECE goal on a test set like this one
-        "share_within_goal": float(np.mean(a <= ECE_GOAL)),
-    }
+    return {"mean": float(a.mean()), "p05": float(np.quantile(a, 0.05)), "p95": float(np.quantile(a, 0.95))}
 
 
 def _intervals(acc: dict[str, list[float]]) -> dict[str, dict[str, float] | None]:
@@ -375,29 +369,6 @@ def ece_floor(p: npt.NDArray[np.float64], rounds: int = 100, seed: int = 0) -> f
     """Mean ECE of a perfectly calibrated model with these probabilities (labels drawn from them)."""
     rng = np.random.default_rng(seed)
     return float(np.mean([ece(rng.random(len(p)) < p, p) for _ in range(rounds)])) if len(p) else math.nan
-
-
-def _known(*values: Any) -> bool:
-    """Every value is a finite number (a metric with one class or no completed job is NaN)."""
-    return all(isinstance(v, int | float) and math.isfinite(v) for v in values)
-
-
-def claims(report: dict[str, Any]) -> dict[str, Any]:
-    """Each claim's verdict: True or False, or None when the test set cannot tell (AUC with one outcome
-    only, runtime with no completed job): a comparison with NaN is False, which read as a failed claim."""
-    b = report["baseline"]
-
-    def verdict(ok: bool, *values: Any) -> bool | None:
-        return bool(ok) if _known(*values) else None
-
-    m, m_rt, b_rt = report, report["runtime"]["within_50pct"], b["runtime"]["within_50pct"]
-    return {
-        "auc_gain": m["auc"] - b["auc"],
-        "auc_gain_at_least_0.03": verdict(m["auc"] - b["auc"] >= 0.03, m["auc"], b["auc"]),
-        "brier_below_baseline": verdict(m["brier"] < b["brier"], m["brier"], b["brier"]),
-        "ece_at_most_0.03": verdict(m["ece"] <= ECE_GOAL, m["ece"]),
-        "runtime_within_50pct_above_baseline": verdict(m_rt > b_rt, m_rt, b_rt),
-    }
 
 
 def evaluate(
@@ -455,14 +426,14 @@ def evaluate(
     }
     if bootstrap:
         report["noise"] = noise(tf, pred, bootstrap)
-    report["claims"] = claims(report)
     report["warnings"] = small_sample_warnings(len(train), y)
     return report
 
 
 # Below these the figures are noise. AUC compares completed with failed jobs pairwise: with fewer than 30 of
-# either, its standard error (Hanley & McNeil) is 0.05-0.1, larger than the 0.03 gain the claims test, and
-# a handful of jobs gives AUC 1.0 or 0.0 by chance. 50 ended jobs is the least `predict train` trains on.
+# either, its standard error (Hanley & McNeil) is 0.05-0.1, larger than the gains a model shows over the
+# baseline on real logs (+0.02 on Philly), and a handful of jobs gives AUC 1.0 or 0.0 by chance. 50 ended
+# jobs is the least `predict train` trains on.
 MIN_TEST_PER_OUTCOME = 30
 MIN_TRAIN_JOBS = 50
 
