@@ -416,3 +416,168 @@ def test_sacct_json_ingests_to_the_same_jobs_as_sacct_p(
         assert code is None or code == text_code  # 22.05's JSON: failed jobs' exit codes are unknown
         assert user is None or user == text_user  # 22.05's JSON: no user without an association
     assert all(codes["text"][j][0] == 3 for j in history["failed"])
+
+
+# --------------------------------------------------------------------------- issue 23: exact on Slurm
+def _reasons(c: TestCluster, ids: list[str]) -> dict[str, str]:
+    r = c._run(["squeue", "-h", "-j", ",".join(ids), "-o", "%i|%r"])
+    return dict(line.split("|", 1) for line in r.stdout.splitlines() if "|" in line)
+
+
+def _sprio_listing(c: TestCluster, ids: list[str]) -> dict[str, int] | None:
+    """sprio's SiteFactors once it lists every job of `ids` (None until then)."""
+    now = site_factors(c)
+    return now if all(j in now for j in ids) else None
+
+
+def _fill_n3(c: TestCluster, seconds: int = 120) -> str:
+    """Every CPU and GPU of n3 taken, so jobs sent there (GPU or not) pend; returns the blocker's id."""
+    blocker = c.sbatch(
+        "root", "-J", "blocker", "-w", "n3", "-c", "16", "--gres=gpu:4", script=f"sleep {seconds}"
+    )
+    wait_for("the n3 blocker running", lambda: c.squeue_states().get(blocker) == "RUNNING", 30)
+    return blocker
+
+
+def test_a_held_job_goes_to_the_low_end_even_when_a_new_sync_process_finds_it_held(
+    cluster: TestCluster, history: dict[str, Any]
+) -> None:
+    """Jobs ranked by one sync, then held (`scontrol hold`: JobHeldAdmin, `scontrol uhold`: JobHeldUser),
+    are reset by the next sync process, which knows nothing of the first one's writes and cannot read
+    their SiteFactor (sprio leaves held jobs out): released, they come back at the low end, not at the
+    rank they had."""
+    c, db = cluster, history["db"]
+    blocker = _fill_n3(c)
+    jobs = [
+        c.sbatch(u, "-J", "eval", "-w", "n3", "--gres=gpu:2", script="sleep 1")
+        for u in ("alice", "carol", "dave")
+    ]
+    try:
+        first = headway(c, "slurm", "sync", "--once", "--apply", "--json", "--db", db)
+        assert first.returncode == 0, first.stderr
+        planned = {j["job_id"]: j["site_factor_planned"] for j in json.loads(first.stdout)["jobs"]}
+        assert all(planned[j] >= 12500 for j in jobs)
+        assert {j: site_factors(c)[j] for j in jobs} == {j: planned[j] for j in jobs}
+        admin_held, user_held, free = jobs
+        c._run(["scontrol", "hold", admin_held])
+        c._run(["scontrol", "uhold", user_held])
+        assert _reasons(c, [admin_held, user_held]) == {admin_held: "JobHeldAdmin", user_held: "JobHeldUser"}
+        assert admin_held not in site_factors(c) and user_held not in site_factors(c)  # sprio hides them
+
+        second = headway(c, "slurm", "sync", "--once", "--apply", "--json", "--db", db)  # a new process
+        assert second.returncode == 0, second.stdout + second.stderr
+        rep = json.loads(second.stdout)
+        assert rep["ok"] and rep["failed"] == {}
+        resets = {a["job_id"]: (a["old"], a["new"]) for a in rep["applied"] if a["job_id"] != free}
+        assert resets == {admin_held: (None, 0), user_held: (None, 0)}  # old: unknown, as sprio hides it
+        assert rep["skipped_waiting"] == {admin_held: "JobHeldAdmin", user_held: "JobHeldUser"}
+        assert sorted(rep["reset_to_low_end"]) == sorted([admin_held, user_held])
+        assert [j["job_id"] for j in rep["jobs"]] == [free]
+        # Written while held, they stay held; released, Slurm weighs them with the low end.
+        assert _reasons(c, [admin_held, user_held]) == {admin_held: "JobHeldAdmin", user_held: "JobHeldUser"}
+        c._run(["scontrol", "release", admin_held, user_held])
+        now = wait_for("the released jobs in sprio", lambda: _sprio_listing(c, jobs), 10)
+        print("ranked before the hold", planned, "sprio after the release", {j: now[j] for j in jobs})
+        assert now[admin_held] == now[user_held] == 0 < now[free] == planned[free]
+    finally:
+        c._run(["scancel", blocker, *jobs])
+
+
+def test_the_last_ranked_new_job_gets_a_site_factor_above_held_and_cpu_only_jobs(
+    cluster: TestCluster, history: dict[str, Any]
+) -> None:
+    """With fifo the newest GPU job ranks last: it arrives below two jobs already spread (87500, 12500)
+    and must land strictly above 0, the value of jobs asking for no GPUs and of held jobs. It used to get
+    0, was not even written (0 is Slurm's default), and tied with them in sprio."""
+    c, db = cluster, history["db"]
+    blocker = _fill_n3(c)
+    cpu_only = c.sbatch("alice", "-J", "notes", "-w", "n3", script="sleep 1")
+    older = [
+        c.sbatch(u, "-J", "eval", "-w", "n3", "--gres=gpu:1", script="sleep 1") for u in ("carol", "dave")
+    ]
+    newest = ""
+    try:
+        first = headway(c, "slurm", "sync", "--once", "--apply", "--json", "--policy", "fifo", "--db", db)
+        assert first.returncode == 0, first.stderr
+        spread = {j["job_id"]: j["site_factor_planned"] for j in json.loads(first.stdout)["jobs"]}
+        assert spread == dict(zip(older, (87500, 12500), strict=True))
+        newest = c.sbatch("bob", "-J", "eval", "-w", "n3", "--gres=gpu:1", script="sleep 1")
+        second = headway(c, "slurm", "sync", "--once", "--apply", "--json", "--policy", "fifo", "--db", db)
+        assert second.returncode == 0, second.stdout + second.stderr
+        rep = json.loads(second.stdout)
+        rows = {j["job_id"]: j for j in rep["jobs"]}
+        assert rows[newest]["rank"] == 3 and rep["skipped_cpu_only"] == [cpu_only]
+        assert [a["job_id"] for a in rep["applied"]] == [newest]  # the arrival, and only it, is written
+        sprio = site_factors(c)
+        print("sprio after the arrival", {j: sprio[j] for j in (*older, newest, cpu_only)})
+        assert sprio[older[0]] > sprio[older[1]] > sprio[newest] > sprio[cpu_only] == 0
+        assert sprio[newest] == rows[newest]["site_factor_planned"]
+    finally:
+        c._run(["scancel", blocker, cpu_only, *older, *([newest] if newest else [])])
+
+
+def test_a_pass_cut_off_mid_write_reports_exactly_what_slurm_has(
+    cluster: TestCluster, history: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """444 new jobs to write, slurmctld shut down after the 100th update was answered: the pass says
+    written 100, failed 1 (the update it sent to the stopped controller), not attempted 343, in --json
+    and in the table, and after the restart sprio shows exactly those 100 values. (It used to say written
+    0, failed 0: scontrol timed out on the rest and the pass lost count of what had been written.)"""
+    import io
+
+    from rich.console import Console
+
+    from headway.commands import slurm as cmd
+    from headway.slurm.runner import Runner
+    from headway.slurm.sync import SlurmSync, SyncOptions
+
+    c = cluster
+    blocker = _fill_n3(c, seconds=300)
+    jobs = [
+        c.sbatch("alice", "-J", "sweep", "-w", "n3", "--gres=gpu:1", script="sleep 1") for _ in range(444)
+    ]
+    down = False
+    try:
+        sync = SlurmSync(Runner(env=c.env), SyncOptions(apply=True, db=Path(history["db"])))
+
+        def cut(answered: int, total: int) -> None:
+            nonlocal down
+            if answered == 100 and not down:
+                down = True
+                c.stop_ctld()  # the 101st update goes to a stopped controller
+
+        sync.on_progress = cut
+        report = sync.run_pass()
+        assert down and report.plan is not None and not report.ok
+        total = len(report.plan.changes)
+        assert total == len(jobs)
+        assert (len(report.applied), len(report.failed), len(report.not_attempted)) == (100, 1, 343)
+        assert report.error is not None and "slurmctld is not answering" in report.error
+        assert report.error.endswith("; written 100, failed 1, not attempted 343")
+        (failed,) = report.failed
+        doc = report.to_json()
+        assert doc["writes"] == {"written": 100, "failed": 1, "not_attempted": 343}
+        assert len(doc["applied"]) == 100 and len(doc["not_attempted"]) == 343  # type: ignore[arg-type]
+
+        buf = io.StringIO()
+        wide = Console(file=buf, width=250, highlight=False)
+        for where in ("headway.commands.slurm.out", "headway.commands.slurm.err", "headway.console.out"):
+            monkeypatch.setattr(where, wide)
+        cmd._print_report(report, as_json=False, verbose=True)
+        table = buf.getvalue()
+        assert "444 to change, 0 unchanged; written 100, failed 1, not attempted 343" in table
+        statuses = [ln.rstrip().rstrip("│").strip() for ln in table.splitlines() if ln.startswith("│")]
+        assert sum(st.endswith(" written") for st in statuses) == 100
+        assert sum(st.endswith(" not attempted") for st in statuses) == 343
+
+        c.start_ctld()
+        down = False
+        now = wait_for("sprio after the restart", lambda: _sprio_listing(c, jobs), 30)
+        written = {ch.job_id: ch.new for ch in report.applied}
+        print(f"pass: {report.writes()}; sprio after the restart: {sum(now[j] != 0 for j in jobs)} jobs set")
+        assert {j: now[j] for j in written} == written
+        assert all(now[ch.job_id] == 0 for ch in report.not_attempted) and now[failed] == 0
+    finally:
+        if down:
+            c.start_ctld()
+        c._run(["scancel", blocker, *jobs], timeout=60)

@@ -77,11 +77,14 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool
         t.add_column(col, justify="right" if col in right else "left", no_wrap=col == "job")
     applied = {c.job_id for c in report.applied}
     changed = {c.job_id for c in plan.changes}
+    skipped = {c.job_id for c in report.not_attempted}
     for r in plan.rows:
         if r.job_id in report.failed:
             status = f"[red]failed[/]: {safe_escape(report.failed[r.job_id])}"
         elif r.job_id in applied:
             status = "[green]written[/]"
+        elif r.job_id in skipped:
+            status = "[yellow]not attempted[/]"
         elif r.job_id in changed:
             status = "dry run" if report.dry_run else "not written"
         else:
@@ -107,9 +110,10 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool
         )
     if plan.skipped_waiting:
         waiting = safe_escape(", ".join(f"{j} ({why})" for j, why in plan.skipped_waiting.items()))
+        resets = f"; to the low end now: {safe_escape(', '.join(plan.resets))}" if plan.resets else ""
         out.print(
             "left alone (cannot start whatever their priority; a SiteFactor from before goes to the "
-            f"range's low end): {waiting}",
+            f"range's low end): {waiting}{resets}",
             soft_wrap=True,
         )
     distinct = len({r.target for r in plan.rows})
@@ -123,7 +127,7 @@ def _print_report(report: PassReport, as_json: bool, verbose: bool, stream: bool
     if report.dry_run:
         out.print(f"{summary}; dry run: nothing written (add --apply to write SiteFactors)", soft_wrap=True)
     else:
-        out.print(f"{summary}; written {len(report.applied)}, failed {len(report.failed)}", soft_wrap=True)
+        out.print(f"{summary}; {report.writes()}", soft_wrap=True)
     if report.error:
         err.print(f"[yellow]pass {report.seq}:[/] {safe_escape(report.error)}", soft_wrap=True)
 
@@ -213,9 +217,15 @@ def sync(
         fail(str(e))
     try:
         if once:
-            with err.status("reading Slurm and ranking ...") if not as_json else _null():
+            with err.status("reading Slurm and ranking ...") if not as_json else _null() as status:
+                if status is not None:
+                    syncer.on_progress = lambda n, total: status.update(
+                        f"writing SiteFactors: {n:,} of {total:,} answered ..."
+                    )
                 report = syncer.run_pass()
             _print_report(report, as_json, verbose)
+            if report.interrupted:
+                raise typer.Exit(130)
             if not report.ok:
                 raise typer.Exit(1)
             return
@@ -269,6 +279,7 @@ def why(
     if not job_id or any(c in job_id for c in ", \t"):
         fail(f"give one job id (e.g. 12345, or 19_5 for an array task), not {job_id!r}")
     from headway.policy import live_policy_error
+    from headway.slurm.explain import rank_in_words
     from headway.slurm.queue import ParseError, parse_sprio_long
     from headway.slurm.runner import Runner, SlurmError
     from headway.slurm.sitefactor import FactorRange
@@ -317,6 +328,7 @@ def why(
         sprio = []
     except SlurmError as e:
         fail(str(e))
+    because = rank_in_words(row, plan.rows)
     data = {
         "job_id": row.job_id,
         "slurm_id": row.display_id,
@@ -328,6 +340,7 @@ def why(
             "score": row.score,
             "factors": row.factors,
             "reason": row.reason,
+            "because": because,
             "site_factor_planned": row.target,
             "site_factor_now": row.current,
         },
@@ -349,6 +362,8 @@ def why(
         ),
         soft_wrap=True,
     )
+    if because:
+        out.print(f"headway: {safe_escape(because)}", soft_wrap=True)
     t = Table(title="headway", show_header=False)
     t.add_row("rank", plain(f"{row.rank} of {len(plan.rows)} pending GPU jobs ({row.tier})"))
     t.add_row("score", f"{row.score:.4g}")

@@ -49,9 +49,15 @@ class QueueJob:
         return self.slurm_id or self.job_id
 
     @property
+    def held(self) -> bool:
+        """Held by its user or an admin (`scontrol hold`, `sbatch -H`, ...): Slurm gives such a job
+        priority 0 and `sprio` leaves it out, so its SiteFactor cannot be read until it is released."""
+        return self.state == "PENDING" and ((self.reason or "").startswith("JobHeld") or self.priority == 0)
+
+    @property
     def cannot_start(self) -> bool:
         """Held, or waiting on another job or a begin time: no priority makes it start now."""
-        return (self.reason or "").startswith(CANNOT_START_REASONS)
+        return self.held or (self.reason or "").startswith(CANNOT_START_REASONS)
 
 
 # Pending reasons of jobs that cannot start whatever their priority (sprio does not even list most of

@@ -93,6 +93,35 @@ class Runner:
             )
         return exe
 
+    def _env(self, env: Mapping[str, str] | None) -> Mapping[str, str] | None:
+        """The runner's environment with `env` over it (None: this process's own)."""
+        return {**(self.env if self.env is not None else os.environ), **env} if env else self.env
+
+    def _check_conf(self) -> None:
+        conf = (self.env or os.environ).get("SLURM_CONF")
+        if conf and not os.path.isfile(conf):  # Slurm itself retries for a minute before it says so
+            raise SlurmMissing(f"SLURM_CONF={conf}: no such file; point it at this cluster's slurm.conf")
+
+    def start(
+        self, cmd: str, args: Sequence[str], *, env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start `cmd args...` with pipes on stdin and stdout (stderr joined to stdout, so what it prints
+        stays in order): for a caller that talks to it line by line, as `apply_changes` does with
+        scontrol, and must see each answer as it comes rather than all at once at the end."""
+        argv = (self.which(cmd), *args)
+        self._check_conf()
+        run_env = self._env(env)
+        try:
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=dict(run_env) if run_env is not None else None,
+            )
+        except OSError as e:
+            raise SlurmError(f"cannot run {cmd}: {e.strerror}") from e
+
     def run(
         self,
         cmd: str,
@@ -105,10 +134,8 @@ class Runner:
         """Run `cmd args...` (feeding `stdin`, with `env` over the runner's environment); with check, a
         non-zero exit raises the classified error."""
         argv = (self.which(cmd), *args)
-        run_env = {**(self.env if self.env is not None else os.environ), **env} if env else self.env
-        conf = (self.env or os.environ).get("SLURM_CONF")
-        if conf and not os.path.isfile(conf):  # Slurm itself retries for a minute before it says so
-            raise SlurmMissing(f"SLURM_CONF={conf}: no such file; point it at this cluster's slurm.conf")
+        run_env = self._env(env)
+        self._check_conf()
         try:
             proc = subprocess.run(
                 argv,

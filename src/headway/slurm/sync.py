@@ -40,9 +40,11 @@ from headway.slurm.sitefactor import (
     ApplyReport,
     Change,
     FactorRange,
+    Progress,
     apply_changes,
     place_ranks,
     plan_changes,
+    write_counts,
 )
 
 HALF_LIFE_S = 7 * 86400.0  # Slurm's default PriorityDecayHalfLife, for fair-share usage
@@ -101,6 +103,9 @@ class Plan:
     # Pending jobs that cannot start whatever their priority (held, waiting on a dependency or a begin
     # time): job id -> Slurm's reason. Not ranked, not written (sprio does not even list them).
     skipped_waiting: dict[str, str] = field(default_factory=dict)
+    # Jobs left alone whose SiteFactor goes to the range's low end in this plan (display ids): ranked
+    # before and held or waiting since, or held with a value nothing here can read (sprio hides them).
+    resets: list[str] = field(default_factory=list)
     # Pending records Slurm names otherwise: job id -> that name (array `19` -> `19_[4-9]`, so a task id
     # finds its record; het component `8` -> `7+1`).
     arrays: dict[str, str] = field(default_factory=dict)
@@ -140,6 +145,13 @@ class PassReport:
     applied: list[Change] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     commands: int = 0
+    # Planned writes never made: the pass stopped first (slurmctld gone mid-write, a stale queue, Ctrl-C).
+    not_attempted: list[Change] = field(default_factory=list)
+    interrupted: bool = False  # Ctrl-C while writing: the caller shows this report, then stops
+
+    def writes(self) -> str:
+        """`written N, failed M, not attempted K`: what this pass's writes did, counted one by one."""
+        return write_counts(len(self.applied), len(self.failed), len(self.not_attempted))
 
     def to_json(self) -> dict[str, object]:
         p = self.plan
@@ -173,10 +185,17 @@ class PassReport:
             ],
             "skipped_cpu_only": p.skipped_cpu_only if p else [],
             "skipped_waiting": p.skipped_waiting if p else {},
+            "reset_to_low_end": p.resets if p else [],
             "planned_changes": len(p.changes) if p else 0,
             "unchanged": p.unchanged if p else 0,
             "applied": [{"job_id": c.job_id, "old": c.old, "new": c.new} for c in self.applied],
             "failed": self.failed,
+            "not_attempted": [c.job_id for c in self.not_attempted],
+            "writes": {
+                "written": len(self.applied),
+                "failed": len(self.failed),
+                "not_attempted": len(self.not_attempted),
+            },
             "scontrol_calls": self.commands,
         }
 
@@ -460,9 +479,12 @@ class SlurmSync:
         # Ended jobs read from sacct but not yet in the store (a pass that failed after the read, e.g. on
         # a locked store): `History` has already moved past them, so they wait here for the next pass.
         self._unstored: dict[str, JobRecord] = {}
-        # SiteFactors this process wrote: sprio does not list held jobs, so a job held after it was
-        # ranked would keep its value unseen (see the resets in `plan`).
+        # SiteFactors this process wrote: sprio does not list held jobs and no other Slurm 22.05 command
+        # shows a SiteFactor, so this is all that is known of a held job's value once this process has
+        # reset it (see the resets in `plan`); a new process resets each held job once.
         self.written: dict[str, int] = {}
+        # Called after each answered `scontrol update` with (answered, planned): the CLI's progress line.
+        self.on_progress: Progress | None = None
 
     def _feed(self, now: float) -> None:
         """Tell the predictor about ended jobs it has not seen, in end order, strictly before now."""
@@ -554,7 +576,11 @@ class SlurmSync:
         self.written = {k: v for k, v in self.written.items() if k in queued}  # started or gone: forget
         pending = [j for j in pending_all if j.gpus > 0 and not j.cannot_start]
         skipped = [j.display_id for j in pending_all if j.gpus <= 0]
-        waiting = {j.display_id: j.reason or "" for j in pending_all if j.gpus > 0 and j.cannot_start}
+        waiting = {
+            j.display_id: j.reason or ("held (priority 0)" if j.held else "")
+            for j in pending_all
+            if j.gpus > 0 and j.cannot_start
+        }
         self.seq += 1
         rows: list[PlanRow] = []
         if pending:
@@ -587,16 +613,25 @@ class SlurmSync:
                     )
                 )
         # A job left alone keeps no stale SiteFactor from when it was ranked (or from another --range): it
-        # goes to the bottom of the range, and is ranked again once it can start.
+        # goes to the bottom of the range, and is ranked again once it can start. A held job's value
+        # cannot be read (sprio leaves it out, squeue and `scontrol show job` do not show one), so unless
+        # this process wrote it, it is written: once per held job and process, so that a job held while
+        # another sync process ranked it is reset after a restart too. A job waiting on a dependency or a
+        # begin time is reset only when its value is known to differ (an update makes Slurm show it as
+        # eligible until its next scheduling pass, which would rank and rewrite it every pass).
         known = self.written | current  # what sprio shows wins over what this process remembers
         resets = {
             j.job_id: opts.rng.lo
             for j in pending_all
-            if j.gpus > 0 and j.cannot_start and known.get(j.job_id) not in (None, opts.rng.lo)
+            if j.gpus > 0
+            and j.cannot_start
+            and known.get(j.job_id) != opts.rng.lo
+            and (j.held or j.job_id in known)
         }
         changes = plan_changes(
             {r.job_id: r.target for r in rows} | resets,
-            {r.job_id: r.current for r in rows if r.current is not None} | {k: known[k] for k in resets},
+            {r.job_id: r.current for r in rows if r.current is not None}
+            | {k: known[k] for k in resets if k in known},
         )
         return Plan(
             read_at=read_at,
@@ -609,6 +644,7 @@ class SlurmSync:
             skipped_cpu_only=skipped,
             changes=changes,
             skipped_waiting=waiting,
+            resets=[j.display_id for j in pending_all if j.job_id in resets],
             arrays={j.job_id: j.display_id for j in pending_all if j.display_id != j.job_id},
             warning=warning,
         )
@@ -638,15 +674,25 @@ class SlurmSync:
             return
         age = self.clock() - plan.read_at
         if age > self.options.max_age_s:
+            report.not_attempted = list(plan.changes)
             report.error = (
                 f"queue read {age:.0f} s ago (over {self.options.max_age_s:.0f} s): stale, wrote nothing"
             )
             return
-        applied: ApplyReport = apply_changes(self.runner, plan.changes)
-        self.written.update((c.job_id, c.new) for c in applied.applied)
-        report.applied, report.failed, report.commands = applied.applied, applied.failed, applied.commands
-        report.ok = applied.aborted is None
-        report.error = applied.aborted
+        # Filled update by update, so that whatever stops the writing, the report says what was written.
+        writes = ApplyReport()
+        try:
+            apply_changes(self.runner, plan.changes, on_progress=self.on_progress, report=writes)
+        except KeyboardInterrupt:
+            report.interrupted = True
+            writes.aborted = "interrupted (Ctrl-C) while writing"
+        finally:
+            self.written.update((c.job_id, c.new) for c in writes.applied)
+            report.applied, report.failed = writes.applied, writes.failed
+            report.not_attempted, report.commands = writes.not_attempted, writes.commands
+        report.ok = writes.aborted is None
+        if writes.aborted is not None:
+            report.error = f"{writes.aborted}; {report.writes()}"
 
 
 def run_loop(
@@ -668,6 +714,8 @@ def run_loop(
         except Exception as e:  # showing a pass must never stop the syncing: say so on one line, go on
             said = " ".join(f"{type(e).__name__}: {e}".split())
             print(f"pass {report.seq}: could not show its report: {said}", file=sys.stderr)
+        if report.interrupted:  # Ctrl-C while writing: its report is shown, then the loop stops
+            raise KeyboardInterrupt
         failures = 0 if report.ok else failures + 1
         if max_passes is not None and passes >= max_passes:
             break
