@@ -314,7 +314,7 @@ def test_daemon_options_that_would_fail_later_fail_at_start(
 
 
 def test_without_multifactor_the_ratios_are_to_the_first_policy() -> None:
-    from headway.commands.simulate import comparison_table
+    from headway.sim.compare import comparison_table
 
     metrics = {"impact": {"time_to_success_mean": 200.0}, "impact-oracle": {"time_to_success_mean": 100.0}}
     table = comparison_table(metrics, "t")

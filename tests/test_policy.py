@@ -388,3 +388,19 @@ def test_live_queues_refuse_oracle_policies_with_a_reason() -> None:
     assert "oracle" in (live_policy_error("impact-oracle") or "")
     assert "unknown" in (live_policy_error("nope") or "")
     assert not any(POLICIES[n].oracle for n in LIVE_POLICIES)
+
+
+def test_the_registry_is_the_one_list_the_commands_offer() -> None:
+    """`simulate --policy` offers what policy/registry.py registers, in its order; an entry's name is its
+    class's, and only an oracle says `oracle` in its name."""
+    from headway.commands.simulate import ALL_POLICIES, DEFAULT_POLICIES
+    from headway.policy import DEFAULT_COMPARISON, REGISTRY
+
+    assert ALL_POLICIES == tuple(r.name for r in REGISTRY) == tuple(POLICIES)
+    assert (
+        DEFAULT_POLICIES.split(",")
+        == list(DEFAULT_COMPARISON)
+        == ["fifo", "multifactor", "qssf", "las", "impact"]
+    )
+    assert all(POLICIES[r.name] is r.cls and r.oracle == ("oracle" in r.name) for r in REGISTRY)
+    assert not any(r.oracle for r in REGISTRY if r.compared_by_default)

@@ -8,14 +8,8 @@ from typing import Any
 import pytest
 import typer
 
-from headway.commands.simulate import (
-    _parse_loads,
-    _parse_policies,
-    helios_reference,
-    load_jobs,
-    reference_for,
-    reference_rows,
-)
+from headway.commands.simulate import _parse_loads, _parse_policies, load_jobs
+from headway.sim.compare import helios_reference, reference_for, reference_rows
 from headway.sim.synth import generate
 
 
@@ -108,20 +102,20 @@ def test_load_jobs_reads_the_philly_sample(shared_traces: Path) -> None:
 
 
 def test_explain_groups_passes_into_stretches_and_keeps_the_last_ones() -> None:
-    from headway.commands.simulate import _stretch_rows, _wait_segments
+    from headway.sim.explain import stretch_rows, wait_segments
     from headway.sim.result import WaitRecord
 
     def rec(t: float, rank: int, tier: str = "normal", resv: float | None = None) -> WaitRecord:
         return WaitRecord(t, rank, 9, 1.0 / t, f"{tier}; score {1.0 / t:.3g} (waited_h={t / 3600:.3g})", resv)
 
     recs = [rec(t, 5) for t in range(1, 101)] + [rec(101.0, 2, resv=500.0), rec(102.0, 1, "starved")]
-    segs = _wait_segments(recs)  # the waited time in every reason does not split a stretch
+    segs = wait_segments(recs)  # the waited time in every reason does not split a stretch
     assert [len(s) for s in segs] == [100, 1, 1]
-    rows = _stretch_rows(recs)
+    rows = stretch_rows(recs)
     assert [r[2] for r in rows] == ["100", "1", "1"] and rows[0][3] == "5/9->5/9"
     assert rows[1][4] != "-" and rows[2][5].startswith("starved")
     # Many stretches: the first and the last are shown, so the pass that ended the wait is there.
     many = [rec(float(t), 3, "normal" if t % 2 else "held") for t in range(1, 200)]
-    rows = _stretch_rows(many, most=40)
+    rows = stretch_rows(many, most=40)
     assert len(rows) == 41 and rows[15] == ("...", "", "", "", "", "159 more stretches")
     assert rows[-1][5] == many[-1].reason and rows[0][5] == many[0].reason

@@ -1063,3 +1063,22 @@ def test_squeue_time_limits_in_day_hour_forms_and_out_of_range_fields() -> None:
     assert parse_duration("Partition_Limit") is None and parse_duration("UNLIMITED") is None
     with pytest.raises(ValueError, match="out of range"):
         parse_duration("1-25:99:00")
+
+
+def test_the_slurm_adapter_imports_nothing_from_the_audit() -> None:
+    """slurm/ and audit/ are separate parts: what both need (spoken durations) lives in a shared module."""
+    import ast
+    from pathlib import Path
+
+    import headway.slurm
+
+    found = []
+    for path in Path(headway.slurm.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [
+                f"{path.name}: {n}" for n in names if n == "headway.audit" or n.startswith("headway.audit.")
+            ]
+    assert found == []

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from headway.audit.compute import BY_TITLES, REPEAT_KEYS
 from headway.console import count, plain, print_table, safe_escape
+from headway.humanize import dur
 from headway.schema import OUTCOME_OF, State
 
 WEEKS_SHOWN = 26
@@ -25,22 +26,6 @@ def gh(x: float | None) -> str:
     if abs(x) < 1:
         return f"{x:,.2f}"
     return f"{x:,.1f}" if abs(x) < 100 else f"{x:,.0f}"
-
-
-def dur(seconds: float | None) -> str:
-    """A duration as people say it: 45 s, 12 min, 3.4 h, 2.1 d."""
-    if seconds is None:
-        return "–"
-    s = float(seconds)
-    sign = "-" if s < 0 else ""
-    s = abs(s)
-    if s < 60:
-        return f"{sign}{s:.0f} s"
-    if s < 3600:
-        return f"{sign}{s / 60:.0f} min"
-    if s < 86400 * 2:
-        return f"{sign}{s / 3600:.1f} h"
-    return f"{sign}{s / 86400:.1f} d"
 
 
 def usd(x: float | None) -> str:

@@ -576,9 +576,14 @@ def show(
     """
     import numpy as np
 
-    from headway.predict.explain import duration, top_reasons
-    from headway.predict.features import replay_state, request_features
-    from headway.predict.model import FEATURES, ModelFileError, Predictor, fallback_predictions
+    from headway.predict.explain import (
+        duration,
+        explain_prediction,
+        feature_values,
+        pending_job_features,
+        stored_job_features,
+    )
+    from headway.predict.model import ModelFileError, Predictor
 
     spec = any(v is not None for v in (user, name, group, gpus, time_limit, partition, priority_class))
     if job_id is None and not spec:
@@ -610,19 +615,7 @@ def show(
         if len(hits) == 0:
             fail(f"job {job_id!r} is not in the store{f' (source {source})' if source else ''}")
         i = int(hits[-1])
-        X = frame.X[i : i + 1]
-        cats = {k: v[i : i + 1] for k, v in frame.cats.items()}
-        tl = frame.time_limit[i : i + 1]
-        job = {
-            "job_id": job_id,
-            "user": frame.user[i],
-            "name": frame.name[i],
-            "group": frame.cats["group"][i],
-            "gpus": float(frame.gpus[i]),
-            "submit_time": _iso(frame.submit[i]),
-            "state": frame.state[i],
-            "runtime": None if math.isnan(frame.runtime[i]) else float(frame.runtime[i]),
-        }
+        feats = stored_job_features(frame, i)
         if (
             model is not None
             and bool(frame.ended[i])
@@ -647,43 +640,20 @@ def show(
             fail("--gpus 0 is a CPU-only job: predict ignores those unless --include-cpu")
         now, at_note = _submit_time(at, frame.end)
         note = "; ".join(n for n in (note, at_note) if n) or None
-        g = float(gpus if gpus is not None else 1.0)
-        state = replay_state(frame, now)
-        hist = np.array([state.peek_row(user, group, name, g, now)], dtype=np.float64)
-        tl = np.array([tl_s])
-        X = np.hstack([hist, request_features(np.array([g]), np.array([float(nodes)]), tl, np.array([now]))])
-        cats = {
-            "partition": np.array([partition], dtype=object),
-            "priority_class": np.array([priority_class], dtype=object),
-            "group": np.array([group], dtype=object),
-        }
-        job = {
-            "job_id": None,
-            "user": user,
-            "name": name,
-            "group": group,
-            "gpus": g,
-            "submit_time": _iso(now),
-        }
-    reasons: dict[str, list[dict[str, Any]]] = {}
-    if model is not None:
-        Xd = model.design(X, cats)
-        pred = model.predict_design(Xd, tl)
-        contrib = model.contributions(Xd)
-        words = {
-            "p_success": ("raises the chance", "lowers the chance"),
-            "runtime_q50": ("makes it longer", "makes it shorter"),
-            "runtime_q90": ("makes the p90 longer", "makes the p90 shorter"),
-            "ttf_q50": ("later failure", "earlier failure"),
-        }
-        for key, (up, down) in words.items():
-            if key in contrib:
-                reasons[key] = [
-                    {"feature": r.feature, "words": r.words, "effect": r.effect, "direction": r.direction}
-                    for r in top_reasons(contrib[key][0], Xd[0], model.vocab, up, down)
-                ]
-    else:
-        pred = fallback_predictions(X, tl)
+        feats = pending_job_features(
+            frame,
+            now,
+            user=user,
+            name=name,
+            group=group,
+            gpus=float(gpus if gpus is not None else 1.0),
+            nodes=nodes,
+            time_limit_s=tl_s,
+            partition=partition,
+            priority_class=priority_class,
+        )
+    job, tl = feats.job, feats.tl
+    pred, reasons = explain_prediction(model, feats)
     p90 = float(pred.runtime_p90[0])
     p_s, rt_s, ttf_s = float(pred.p_success[0]), float(pred.runtime[0]), float(pred.time_to_failure[0])
     req = None if math.isnan(tl[0]) else float(tl[0])
@@ -700,10 +670,7 @@ def show(
         "model": str(model_path) if model is not None else None,
         "note": note,
         "in_training_data": seen,
-        "features": {
-            n: (None if isinstance(v, float) and math.isnan(v) else v)
-            for n, v in zip(FEATURES, X[0].tolist() + [c[0] for c in cats.values()], strict=True)
-        },
+        "features": feature_values(feats),
     }
     if as_json:
         print_json(result)
@@ -798,4 +765,6 @@ def _submit_time(at: str | None, ends: Any) -> tuple[float, str | None]:
 
 
 def _iso(t: float) -> str:
-    return dt.datetime.fromtimestamp(float(t), tz=dt.UTC).isoformat(timespec="seconds")
+    from headway.predict.explain import iso_utc
+
+    return iso_utc(t)

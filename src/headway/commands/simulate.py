@@ -5,8 +5,6 @@ Heavy libraries (plotly, dask, the engine) are imported inside the commands so `
 
 from __future__ import annotations
 
-import csv
-import importlib.resources
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -15,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -35,6 +32,19 @@ from headway.console import (
     replaced_atomically,
     safe_escape,
 )
+from headway.policy.placement import PLACEMENTS
+from headway.policy.registry import DEFAULT_COMPARISON, POLICIES
+from headway.sim.compare import (
+    SWEEP_METRICS,
+    RefFigure,
+    comparison_table,
+    ratios_to_baseline,
+    reference_for,
+    reference_rows,
+    reference_table,
+    sweep_table,
+    table_ratios,
+)
 from headway.store_lock import DEFAULT_WAIT, WAIT_ENV, WAIT_HELP
 from headway.traces.base import BadInputError
 
@@ -43,22 +53,12 @@ if TYPE_CHECKING:
 
     from headway.sim.cluster import ClusterSpec
     from headway.sim.log_cluster import LogCluster
-    from headway.sim.result import SimResult, WaitRecord
+    from headway.sim.result import SimResult
     from headway.sim.sizing import LoadCheck
 
-ALL_POLICIES: tuple[str, ...] = (
-    "fifo",
-    "multifactor",
-    "qssf",
-    "las",
-    "impact",
-    "sjf-oracle",
-    "fifo-skip",
-    "impact-oracle",
-)
-DEFAULT_POLICIES = "fifo,multifactor,qssf,las,impact"
-PLACEMENTS: tuple[str, ...] = ("first-fit", "topology")
-BASELINE = "multifactor"
+# What --policy offers, in the registry's order (policy/registry.py), and what it compares by default.
+ALL_POLICIES: tuple[str, ...] = tuple(POLICIES)
+DEFAULT_POLICIES = ",".join(DEFAULT_COMPARISON)
 # Peer figures print only when asked for by name: which trace a user replays is theirs to say, so no
 # trace (not even one with the Philly sample's 5,910 jobs on 512 GPUs) switches them on by itself.
 REFERENCES: tuple[str, ...] = ("none", "helios-philly")
@@ -447,28 +447,6 @@ def cluster_info(spec: ClusterSpec, found: LogCluster | None = None) -> dict[str
 # ------------------------------------------------------------------------------------------- reference
 
 
-@dataclass(frozen=True, slots=True)
-class RefFigure:
-    policy: str
-    load: str
-    metric: str
-    value: float
-
-
-def helios_reference() -> list[RefFigure]:
-    """The Helios simulator's figures on the Philly sample (package data, with its source in the file)."""
-    text = importlib.resources.files("headway.data").joinpath("helios_philly_reference.csv").read_text()
-    rows = csv.DictReader(line for line in text.splitlines() if line and not line.startswith("#"))
-    return [RefFigure(r["policy"], r["load"], r["metric"], float(r["value"])) for r in rows]
-
-
-def reference_for(load: float | None) -> list[RefFigure]:
-    label = "natural" if load is None else f"{load:g}"
-    if label != "natural":
-        label = f"{float(label):.1f}"
-    return [f for f in helios_reference() if f.load == label]
-
-
 def _with_copies(jobs: pa.Table, copies: int) -> pa.Table:
     from headway.sim.run import copies_of
 
@@ -480,103 +458,6 @@ def _copies_text(copies: int) -> str:
 
 
 # ------------------------------------------------------------------------------------------- formatting
-
-
-def fmt_seconds(s: float | None) -> str:
-    """Compact durations for narrow tables: 45s, 12.5m, 3.2h, 5.10d."""
-    if s is None:
-        return "-"
-    a = abs(s)
-    if a < 120:
-        return f"{s:.0f}s"
-    if a < 7200:
-        return f"{s / 60:.1f}m"
-    if a < 172800:
-        return f"{s / 3600:.1f}h"
-    return f"{s / 86400:.2f}d"
-
-
-def fmt_metric(name: str, v: float | int | None) -> str:
-    if v is None:
-        return "-"
-    if name.startswith(("time_to_success", "queue_delay", "jct", "starvation", "span")):
-        return fmt_seconds(float(v))
-    if name in ("utilisation", "completion_rate", "completion_rate_gpu_hours"):
-        return f"{100 * float(v):.1f}%"
-    if name.startswith("bounded_slowdown") or name == "jain_fairness":
-        return f"{float(v):.2f}" if abs(float(v)) < 100 else f"{float(v):,.0f}"
-    if name.endswith("gpu_hours"):
-        x = float(v)
-        return f"{x:,.0f}" if abs(x) >= 100 or x == 0 else f"{x:.1f}" if abs(x) >= 1 else f"{x:.2f}"
-    if isinstance(v, int):
-        return f"{v:,}"
-    return f"{float(v):.3f}" if abs(float(v)) < 100 else f"{float(v):,.0f}"
-
-
-# The table's columns (every metric is in --json); short headers keep it readable at 80 columns.
-COLUMNS: tuple[tuple[str, str], ...] = (
-    ("time_to_success_mean", "TTS\nmean"),
-    ("time_to_success_p95", "TTS\np95"),
-    ("queue_delay_mean", "wait\nmean"),
-    ("queue_delay_p99", "wait\np99"),
-    ("utilisation", "util"),
-    ("fragmented_gpu_hours", "frag\nGPU-h"),
-    ("jain_fairness", "Jain"),
-)
-
-
-def table_baseline(metrics: Mapping[str, Any], baseline: str = BASELINE) -> str:
-    """What the comparison's ratios are to: `baseline` when it ran, else the first policy."""
-    return baseline if baseline in metrics or not metrics else next(iter(metrics))
-
-
-def comparison_table(metrics: Mapping[str, Mapping[str, Any]], title: str, baseline: str = BASELINE) -> Table:
-    """One row per policy; each cell shows the value and, under it, the ratio to the baseline (without
-    multifactor in the run, the first policy: `impact,impact-oracle` then reads as the oracle's gain)."""
-    from headway.sim.metrics import LOWER_IS_BETTER
-
-    baseline = table_baseline(metrics, baseline)
-    t = Table(
-        title=title,
-        box=box.SIMPLE_HEAD,
-        show_lines=True,
-        caption=f"TTS: time to success; below each value: ratio to {baseline}",
-        caption_justify="left",
-    )
-    t.add_column("policy", style="bold", no_wrap=True)
-    for _, label in COLUMNS:
-        t.add_column(label, justify="right", no_wrap=True)
-    base = metrics.get(baseline)
-    for pol, m in metrics.items():
-        cells = []
-        for key, _ in COLUMNS:
-            v, b = m.get(key), base.get(key) if base else None
-            cell = fmt_metric(key, v)
-            if base is not None and pol != baseline and v is not None and b not in (None, 0):
-                r = float(v) / float(b)
-                better = r < 1 if LOWER_IS_BETTER.get(key, True) else r > 1
-                colour = "green" if better and abs(r - 1) > 0.005 else "red" if abs(r - 1) > 0.005 else "dim"
-                cell += f"\n[{colour}]{r:.2f}x[/]"
-            cells.append(cell)
-        t.add_row(pol, *cells)
-    return t
-
-
-def reference_rows(
-    figs: Sequence[RefFigure], metrics: Mapping[str, Mapping[str, Any]]
-) -> list[dict[str, Any]]:
-    """Helios figures beside ours: the same policy, and impact beside Helios QSSF, with impact's ratio to
-    it (a figure to read, not a verdict: what counts as good enough is the user's call)."""
-    rows: list[dict[str, Any]] = []
-    for f in figs:
-        ours = metrics.get(f.policy, {}).get(f.metric)
-        imp = metrics.get("impact", {}).get(f.metric)
-        row = {"policy": f.policy, "metric": f.metric, "load": f.load, "helios": f.value, "headway": ours}
-        if f.policy == "qssf":
-            row["headway_impact"] = imp
-            row["impact_ratio"] = None if imp is None or not f.value else float(imp) / f.value
-        rows.append(row)
-    return rows
 
 
 # ----------------------------------------------------------------------------------------------- running
@@ -673,107 +554,15 @@ def run_policies(
     return results
 
 
-def _wait_segments(recs: Sequence[WaitRecord]) -> list[list[WaitRecord]]:
-    """Consecutive passes with the same tier and the same reservation state, as one stretch each: the
-    factors in a reason change at every pass (waited time, fair share), so a row per pass would bury
-    the few changes that matter."""
-    segs: list[list[WaitRecord]] = []
-    key = None
-    for w in recs:
-        k = (w.reason.split(";", 1)[0], w.reservation_start is not None)
-        if segs and k == key:
-            segs[-1].append(w)
-        else:
-            segs.append([w])
-            key = k
-    return segs
-
-
-def _stretch_rows(recs: Sequence[WaitRecord], most: int = 40) -> list[tuple[str, ...]]:
-    """The explain table's rows: from, to, passes, rank, reservation, reason; past `most` stretches the
-    first and the last ones (how the wait began, and what ended it) around a `...` row."""
-    segs: list[list[WaitRecord]] = _wait_segments(recs)
-    cut = 0
-    if len(segs) > most:
-        head = most * 3 // 8
-        cut = len(segs) - most
-        segs = [*segs[:head], [], *segs[head + cut :]]
-    rows: list[tuple[str, ...]] = []
-    for seg in segs:
-        if not seg:
-            rows.append(("...", "", "", "", "", f"{cut} more stretches"))
-            continue
-        a, b = seg[0], seg[-1]
-        rows.append(
-            (
-                fmt_seconds(a.t),
-                fmt_seconds(b.t),
-                str(len(seg)),
-                f"{a.rank}/{a.of}" if len(seg) == 1 else f"{a.rank}/{a.of}->{b.rank}/{b.of}",
-                fmt_seconds(b.reservation_start) if b.reservation_start is not None else "-",
-                b.reason,
-            )
-        )
-    return rows
-
-
-def _check_explain(jobs: pa.Table, job_id: str, label: str) -> None:
-    """Fail unless `job_id` names one job: the replay records waits by job id, so the same id in two
-    sources of a store (two clusters both have a job 17) gave one table of both jobs' passes."""
-    import pyarrow.compute as pc
-
-    rows = jobs.filter(pc.equal(jobs.column("job_id"), job_id))
-    if rows.num_rows == 0:
-        fail(f"--explain: no job {job_id!r} in {label}")
-    sources = sorted({str(s) for s in rows.column("source").to_pylist()})
-    if len(sources) > 1:
-        fail(
-            f"--explain: job {job_id!r} is in {len(sources)} sources of {label} ({', '.join(sources)}), "
-            "each a different job; --source NAME picks one"
-        )
-
-
-def _left_out(jobs: pa.Table, results: Sequence[SimResult], job_id: str) -> str | None:
-    """Why `job_id` is not in the replay (None when it is)."""
-    import pyarrow.compute as pc
-
-    from headway.sim.run import CPU_ONLY, NEVER_RAN, NO_GPUS, NO_SUBMIT
-
-    if not results or pc.any(pc.equal(results[0].jobs.column("job_id"), job_id)).as_py():
-        return None
-    for line in results[0].excluded:
-        if line.startswith(f"{job_id}: "):
-            return line[len(job_id) + 2 :]
-    # The last listing: a job listed again is replayed from its last listing (as the store keeps it), so
-    # that one is what was left out, not an earlier listing that may have run.
-    row = jobs.filter(pc.equal(jobs.column("job_id"), job_id)).to_pylist()[-1]
-    if row["submit_time"] is None:
-        return NO_SUBMIT
-    if row["gpus"] is None:
-        return NO_GPUS
-    if row["start_time"] is None or row["end_time"] is None:
-        return NEVER_RAN
-    return CPU_ONLY + " (--include-cpu adds such jobs)"
-
-
-def _left_out_text(counts: Mapping[str, int]) -> str:
-    """`897 never started or never ended in the trace, 1,052 CPU-only (0 GPUs)`."""
-    return ", ".join(f"{n:,} {reason}" for reason, n in counts.items())
-
-
-def _cpu_hint(counts: Mapping[str, int], include_cpu: bool) -> str:
-    from headway.sim.run import CPU_ONLY
-
-    return "; --include-cpu replays CPU-only jobs too" if counts.get(CPU_ONLY) and not include_cpu else ""
-
-
 def _print_left_out(counts: Mapping[str, int], excluded: Sequence[str], to: Console | None = None) -> None:
     """The footer that says which jobs were not replayed, and why (on stdout unless `to` says otherwise:
     with --json, stdout holds the JSON alone)."""
     if not counts:
         return
     con = to or out
-    con.print(f"[yellow]left out of the simulation:[/] {_left_out_text(counts)}", markup=True)
+    from headway.sim.left_out import left_out_text
+
+    con.print(f"[yellow]left out of the simulation:[/] {left_out_text(counts)}", markup=True)
     for line in excluded[:5]:
         con.print(f"  {printable(line)}", markup=False)
     if len(excluded) > 5:
@@ -781,59 +570,54 @@ def _print_left_out(counts: Mapping[str, int], excluded: Sequence[str], to: Cons
 
 
 def _explain_tables(results: Sequence[SimResult], job_id: str) -> tuple[list[Table], dict[str, Any]]:
-    import pyarrow.compute as pc
+    """The --explain tables (one per policy) and their JSON, from sim/explain.py's stories."""
+    from headway.sim.explain import explain_job
 
     tables: list[Table] = []
     data: dict[str, Any] = {}
-    for r in results:
-        recs = r.explain.get(job_id, [])
-        row = r.jobs.filter(pc.equal(r.jobs.column("job_id"), job_id)).to_pylist()
-        job = row[0] if row else {}
-        wait = None
-        if job.get("start") is not None and job.get("submit") is not None:
-            wait = float(job["start"]) - float(job["submit"])
-        data[r.policy] = {
-            "job": job,
-            "queue_delay": wait,
-            "passes": [
-                {
-                    "t": w.t,
-                    "rank": w.rank,
-                    "of": w.of,
-                    "score": w.score,
-                    "reason": w.reason,
-                    "reservation_start": w.reservation_start,
-                }
-                for w in recs
-            ],
-        }
-        preempted = int(job.get("preemptions") or 0)
-        held_back = None  # submit to end, less its own runtime: every wait, and restart penalties
-        if job.get("end") is not None and job.get("runtime") is not None and wait is not None:
-            held_back = float(job["end"]) - float(job["submit"]) - float(job["runtime"])
-        data[r.policy]["preemptions"] = preempted
-        data[r.policy]["waited_in_all"] = held_back
-        started = f"started after {fmt_seconds(wait)}"
-        if preempted:
-            started = (
-                f"first started after {fmt_seconds(wait)}, preempted {preempted} time(s), "
-                f"{fmt_seconds(held_back)} waiting or restarting in all"
-            )
-        title = (
-            f"{r.policy}: job {job_id} submitted at {fmt_seconds(job.get('submit'))}, "
-            f"{started} ({count(len(recs), 'scheduling pass', 'scheduling passes')} while it waited)"
-        )
+    for story in explain_job(results, job_id):
+        data[story.policy] = story.data
         t = Table(  # the job id as given to --explain, never as markup
-            title=safe_escape(title),
+            title=safe_escape(story.title),
             caption="one row per stretch of passes in the same tier and reservation state",
         )
         for c in ("from", "to", "passes", "rank", "resv. at"):
             t.add_column(c, justify="right", no_wrap=True)
         t.add_column("why (its last pass)", justify="left", ratio=1, min_width=20)
-        for row in _stretch_rows(recs):
+        for row in story.rows:
             t.add_row(*row[:-1], plain(row[-1]))
         tables.append(t)
     return tables, data
+
+
+def _write_html(
+    path: Path,
+    results: Sequence[SimResult],
+    metrics: Mapping[str, Mapping[str, Any]],
+    info: TraceInfo,
+    capacity: float,
+    load: float | None,
+    figs: Sequence[RefFigure],
+    load_note: str | None = None,
+) -> None:
+    """The --html report, written atomically; one line on error."""
+    from headway.sim.writers import html_report
+
+    text = html_report(
+        results,
+        metrics,
+        trace_name=info.short,
+        jobs_read=info.jobs,
+        capacity=capacity,
+        load=load,
+        figs=figs,
+        load_note=load_note,
+    )
+    try:
+        with replaced_atomically(path) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+    except OSError as e:
+        fail(f"{path}: cannot write: {e.strerror}")
 
 
 def simulate(
@@ -896,6 +680,8 @@ def simulate(
 ) -> None:
     """Replay a job log under each policy on a model cluster and compare time-to-success, waiting,
     utilisation, fragmentation and fairness (one row per policy, ratios to multifactor)."""
+    from headway.sim.explain import explain_problem
+    from headway.sim.left_out import cpu_hint, why_left_out
     from headway.sim.metrics import compute
 
     policies = _parse_policies(policy)
@@ -915,8 +701,8 @@ def simulate(
     jobs, info = load_jobs(trace, fmt, db, tz, mapping, source, wait)
     spec, found = _cluster_for(trace, info, jobs, nodes, gpus_per_node, nodes_per_rack, cluster, nodes_file)
     jobs = _with_copies(jobs, copies)
-    if explain is not None:
-        _check_explain(jobs, explain, info.label)
+    if explain is not None and (problem := explain_problem(jobs, explain, info.label)) is not None:
+        fail(problem)
     if not as_json:
         info.report()
         report_log_cluster(found)
@@ -942,7 +728,7 @@ def simulate(
         _print_left_out(results[0].excluded_counts, results[0].excluded, err if as_json else out)
         fail(
             f"{info.label}: every job was left out of the simulation (see above); nothing to compare"
-            + _cpu_hint(results[0].excluded_counts, include_cpu)
+            + cpu_hint(results[0].excluded_counts, include_cpu)
         )
     metrics = {r.policy: compute(r) for r in results}
     capacity = results[0].capacity_gpus if results else float(spec.capacity_gpus)
@@ -954,10 +740,10 @@ def simulate(
     load_note = sizing.note(_cluster_option(cluster, nodes_file)) if load is None else None
     doc: dict[str, Any] = {
         "policies": metrics,
-        "ratios_to_multifactor": _ratios(metrics),
+        "ratios_to_multifactor": ratios_to_baseline(metrics),
         # What the table's second lines show: ratios to multifactor, or without it to the first policy
         # (`--policy impact,impact-oracle`: the oracle's gain over impact).
-        "ratios": _table_ratios(metrics),
+        "ratios": table_ratios(metrics),
         "cluster": cluster_info(spec, found),
         # The replayed jobs' offered load on this cluster at their own arrivals, whatever --load says,
         # and (outside 0.5-1.5) a node count for a load near 0.9; `note` is the line the table prints.
@@ -974,7 +760,7 @@ def simulate(
         "reference": {"name": "helios-philly", "rows": reference_rows(figs, metrics)} if figs else None,
     }
     explain_tables: list[Table] = []
-    left_out = _left_out(jobs, results, explain) if explain else None
+    left_out = why_left_out(jobs, results, explain) if explain else None
     if left_out is not None:
         doc["explain"] = {"job_id": explain, "left_out": left_out}
     elif explain:
@@ -999,7 +785,7 @@ def simulate(
     if load_note:
         out.print(f"[yellow]note:[/] {safe_escape(load_note)}", markup=True)
     if figs:
-        print_table(_reference_table(doc["reference"]["rows"], load_txt))
+        print_table(reference_table(doc["reference"]["rows"], load_txt))
     if left_out is not None:
         why = safe_escape(f"job {explain} was left out of the simulation: {left_out}")
         out.print(f"[yellow]--explain:[/] {why}")
@@ -1008,36 +794,6 @@ def simulate(
     if html_out is not None:  # last: a write that fails still leaves the results on the screen
         _write_html(html_out, results, metrics, info, capacity, load, figs, load_note)
         out.print(plain(f"wrote {html_out}"))
-
-
-def _ratios(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:
-    from headway.sim.metrics import ratios
-
-    return ratios(metrics, BASELINE) if BASELINE in metrics else {}
-
-
-def _table_ratios(metrics: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    from headway.sim.metrics import ratios
-
-    base = table_baseline(metrics) if metrics else None
-    return {"baseline": base, "policies": ratios(metrics, base) if base is not None else {}}
-
-
-def _reference_table(rows: Sequence[Mapping[str, Any]], load_txt: str) -> Table:
-    t = Table(title=f"Beside a peer: the Helios artifact's simulator on the Philly sample, {load_txt}")
-    for c in ("policy", "metric", "Helios", "headway (same policy)", "headway impact", "impact / Helios"):
-        t.add_column(c, justify="left" if c in ("policy", "metric") else "right")
-    for r in rows:
-        ratio = r.get("impact_ratio")
-        t.add_row(
-            r["policy"],
-            r["metric"],
-            fmt_seconds(r["helios"]),
-            fmt_seconds(r["headway"]),
-            fmt_seconds(r.get("headway_impact")) if "headway_impact" in r else "",
-            "" if ratio is None else f"{ratio:.2f}x",
-        )
-    return t
 
 
 def _cluster_for(
@@ -1088,55 +844,7 @@ def _offered_text(offered: float, sizing: LoadCheck) -> str:
     return "(no offered load: no arrival rate, or no GPU-hours)"
 
 
-def _write_html(
-    path: Path,
-    results: Sequence[SimResult],
-    metrics: Mapping[str, Mapping[str, Any]],
-    info: TraceInfo,
-    capacity: float,
-    load: float | None,
-    figs: Sequence[RefFigure],
-    load_note: str | None = None,
-) -> None:
-    from headway.sim.report_html import render
-
-    notes = [f"Helios {f.policy} {f.metric} at load {f.load}: {f.value:,.0f} s" for f in figs]
-    if load_note:
-        notes.append(load_note[0].upper() + load_note[1:])
-    replayed = results[0].jobs.num_rows if results else 0
-    if results and results[0].excluded_counts:
-        notes.append(f"Left out of the simulation: {_left_out_text(results[0].excluded_counts)}.")
-    offered = results[0].load if results else float("nan")
-    arrivals = "natural arrivals" if load is None else f"load {load:g}"
-    if math.isfinite(offered):
-        arrivals += f" (offered {offered:.3g})"
-    text = render(
-        results,
-        metrics,
-        title=f"headway simulate: {info.short}",
-        subtitle=f"{count(replayed, 'job')} replayed"
-        + (f" of the {info.jobs:,} read" if replayed != info.jobs else "")
-        + f", {capacity:,g} GPUs, {arrivals}",
-        notes=notes,
-    )
-    try:
-        with replaced_atomically(path) as tmp:
-            tmp.write_text(text, encoding="utf-8")
-    except OSError as e:
-        fail(f"{path}: cannot write: {e.strerror}")
-
-
 # ---------------------------------------------------------------------------------------------- sweep
-
-SWEEP_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("time_to_success_mean", "TTS\nmean"),
-    ("time_to_success_p95", "TTS\np95"),
-    ("queue_delay_p99", "wait\np99"),
-    ("bounded_slowdown_mean", "BSLD\nmean"),
-    ("utilisation", "util"),
-    ("jain_fairness", "Jain"),
-)
-SWEEP_METRICS: tuple[str, ...] = tuple(m for m, _ in SWEEP_COLUMNS)
 
 
 def sweep(
@@ -1181,6 +889,7 @@ def sweep(
 ) -> None:
     """Run a policy x load x seed grid on Dask and print the median over seeds per policy and load,
     with the min-max spread."""
+    from headway.sim.left_out import cpu_hint, left_out_text
     from headway.sim.sweep import SweepError, grid, iter_rows, run_grid, summarise
 
     policies = _parse_policies(policy)
@@ -1234,8 +943,8 @@ def sweep(
     counts = dict(results[0].excluded_counts) if results else {}
     if results and all(not r.metrics.get("jobs") for r in results):
         fail(
-            f"{info.label}: every job was left out of the simulation ({_left_out_text(counts)}); "
-            "nothing to compare" + _cpu_hint(counts, include_cpu)
+            f"{info.label}: every job was left out of the simulation ({left_out_text(counts)}); "
+            "nothing to compare" + cpu_hint(counts, include_cpu)
         )
     if as_json:
         print_json(
@@ -1255,30 +964,9 @@ def sweep(
             }
         )
         return
-    t = Table(
-        title=safe_escape(f"{info.short}: median over {len(seed_list)} seeds"),
-        caption="below each median: half the min-max range over seeds, as % of the median (the seed "
-        "reaches only the predictor's training: a policy that reads no predictions runs once)",
-        caption_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_lines=True,
+    print_table(
+        sweep_table(summary, safe_escape(f"{info.short}: median over {len(seed_list)} seeds"), len(seed_list))
     )
-    t.add_column("load", no_wrap=True)
-    t.add_column("policy", style="bold", no_wrap=True)
-    for _, label in SWEEP_COLUMNS:
-        t.add_column(label, justify="right", no_wrap=True)
-    for (pol, ld), row in summary.items():
-        cells_txt = []
-        for m, _ in SWEEP_COLUMNS:
-            s = row[m]
-            txt = fmt_metric(m, s.median)
-            if s.n > 1 and s.low is not None and s.high is not None and s.median:
-                txt += f"\n[dim]±{50 * (s.high - s.low) / abs(s.median):.0f}%[/]"
-            elif s.n == 1 and len(seed_list) > 1:
-                txt += "\n[dim]one run[/]"
-            cells_txt.append(txt)
-        t.add_row(ld, pol, *cells_txt)
-    print_table(t)
     _print_left_out(counts, excluded)
     out.print(f"{len(cells)} simulations in {wall:.1f} s")
 
@@ -1312,6 +1000,7 @@ def synth(
 ) -> None:
     """Generate a synthetic job log: heavy-tailed runtimes, per-user failure propensities, early
     failures and submission bursts, calibrated to the public Philly and Alibaba traces."""
+    from headway.sim import writers
     from headway.sim.synth import PROFILES, generate, write_sacct
 
     if fmt not in SYNTH_FORMATS:
@@ -1327,7 +1016,7 @@ def synth(
         )
     check_output_file(out_path, "--out")
     if fmt == "csv":
-        check_output_file(mapping_path(out_path), "--out's mapping file")
+        check_output_file(writers.mapping_path(out_path), "--out's mapping file")
     t0 = time.perf_counter()
     try:
         with err.status(f"generating {jobs:,} jobs", spinner="dots") if not as_json else _Null():
@@ -1346,8 +1035,8 @@ def synth(
 
                 pq.write_table(table, tmp, compression="zstd")
             elif fmt == "csv":
-                with replaced_atomically(mapping_path(out_path)) as tmp_mapping:
-                    write_csv_with_mapping(table, tmp, tmp_mapping)
+                with replaced_atomically(writers.mapping_path(out_path)) as tmp_mapping:
+                    writers.write_csv_with_mapping(table, tmp, tmp_mapping)
             else:
                 write_sacct(table, str(tmp))
     except ValueError as e:
@@ -1366,7 +1055,7 @@ def synth(
         "profile": profile,
         "states": states,
         "generate_seconds": gen_s,
-        "ingest": _ingest_hint(fmt, out_path),
+        "ingest": writers.ingest_hint(fmt, out_path),
     }
     if as_json:
         print_json(summary)
@@ -1380,36 +1069,6 @@ def synth(
 def _value_counts(pc: Any, col: Any) -> tuple[list[Any], list[Any]]:
     vc = pc.value_counts(col)
     return vc.field("values").to_pylist(), vc.field("counts").to_pylist()
-
-
-def _ingest_hint(fmt: str, path: Path) -> str:
-    if fmt == "parquet":
-        return f"simulate it directly: headway simulate {path}"
-    if fmt == "sacct":
-        return f"ingest it: headway ingest --format sacct --tz UTC {path}"
-    return f"ingest it: headway ingest --format csv --mapping {mapping_path(path)} {path}"
-
-
-def mapping_path(csv_path: Path) -> Path:
-    return csv_path.with_name(csv_path.stem + ".mapping.toml")
-
-
-def write_csv_with_mapping(table: pa.Table, csv_path: Path, toml_path: Path) -> None:
-    """The job schema as CSV (times as epoch microseconds) plus the `--mapping` TOML that reads it back."""
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-
-    from headway.schema import TS
-
-    cols = [c.cast(pa.int64()) if c.type == TS else c for c in table.columns]
-    pacsv.write_csv(pa.Table.from_arrays(cols, names=table.column_names), csv_path)
-    fields = "\n".join(f'{name} = "{name}"' for name in table.column_names if name != "source")
-    toml_path.write_text(
-        "# Written by `headway synth`: reads the CSV next to it with `headway ingest --format csv`.\n"
-        '[format]\ndelimiter = ","\ntime_format = "epoch"\nepoch_unit = "us"\ntimezone = "UTC"\n'
-        'time_limit_unit = "s"\nmem_unit = "mb"\n\n[fields]\n' + fields + "\n",
-        encoding="utf-8",
-    )
 
 
 class _Null:

@@ -5,7 +5,17 @@
 """
 
 from headway.policy.placement import PLACEMENTS, gang_size, max_nodes_for, place
-from headway.policy.policies import LIVE_POLICIES, POLICIES, Policy, get_policy, live_policy_error
+from headway.policy.policies import Policy
+from headway.policy.registry import (
+    BASELINE,
+    DEFAULT_COMPARISON,
+    LIVE_POLICIES,
+    POLICIES,
+    REGISTRY,
+    Registered,
+    get_policy,
+    live_policy_error,
+)
 from headway.policy.snapshot import (
     Allocation,
     ClusterView,
@@ -19,15 +29,19 @@ from headway.policy.snapshot import (
 )
 
 __all__ = [
+    "BASELINE",
+    "DEFAULT_COMPARISON",
     "LIVE_POLICIES",
     "PLACEMENTS",
     "POLICIES",
+    "REGISTRY",
     "Allocation",
     "ClusterView",
     "Decision",
     "PendingJobs",
     "Policy",
     "Ranking",
+    "Registered",
     "Reservation",
     "RunningJobs",
     "Snapshot",

@@ -740,28 +740,3 @@ class ImpactOracle(Impact):
         if p.oracle_runtime is None or p.oracle_success is None:
             raise ValueError("impact-oracle needs the true runtimes and outcomes in the snapshot")
         return p.oracle_success.astype(np.float64), p.oracle_runtime, p.oracle_runtime
-
-
-POLICIES: dict[str, type[Policy]] = {
-    c.name: c for c in (Fifo, FifoSkip, SjfOracle, Qssf, Las, Multifactor, Impact, ImpactOracle)
-}
-# What a live queue can run: an oracle needs the truth, which only a replay has.
-LIVE_POLICIES: tuple[str, ...] = tuple(n for n, c in POLICIES.items() if not c.oracle)
-
-
-def live_policy_error(name: str) -> str | None:
-    """Why `name` cannot order a live queue (None when it can)."""
-    if name in LIVE_POLICIES:
-        return None
-    why = " (an oracle needs the truth: `headway simulate` only)" if name in POLICIES else ""
-    return f"unknown --policy {name!r}{why}; choose one of {', '.join(LIVE_POLICIES)}"
-
-
-def get_policy(name: str, placement: str | None = None, **knobs: object) -> Policy:
-    """A policy by name; `placement` None keeps the policy's default (topology for impact)."""
-    if name not in POLICIES:
-        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
-    cls = POLICIES[name]
-    if placement is not None:
-        knobs["placement"] = placement
-    return cls(**knobs)  # type: ignore[arg-type]

@@ -1,14 +1,22 @@
-"""Plain words for features and for what drove a prediction (from LightGBM's SHAP contributions)."""
+"""Plain words for features and for what drove a prediction (from LightGBM's SHAP contributions), and
+one job's feature row (stored, or pending as of a time) for `headway predict show`."""
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from headway.predict.model import FEATURES, TREE_FEATURES
+
+if TYPE_CHECKING:
+    from headway.predict.api import Predictions
+    from headway.predict.features import FeatureFrame
+    from headway.predict.model import Predictor
 
 _RATE = "rate"
 _LOGS = "log_seconds"
@@ -138,3 +146,113 @@ def top_reasons(
             )
         )
     return out
+
+
+# What a contribution's sign means, per prediction: (up, down).
+DIRECTIONS: dict[str, tuple[str, str]] = {
+    "p_success": ("raises the chance", "lowers the chance"),
+    "runtime_q50": ("makes it longer", "makes it shorter"),
+    "runtime_q90": ("makes the p90 longer", "makes the p90 shorter"),
+    "ttf_q50": ("later failure", "earlier failure"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class JobFeatures:
+    """One job's feature row as the model reads it: numbers `X` (1 x FEATURES), categories `cats`
+    (each an array of one), its time limit `tl` (seconds, nan for none) and what to say about the job."""
+
+    X: npt.NDArray[np.float64]
+    cats: dict[str, npt.NDArray[Any]]
+    tl: npt.NDArray[np.float64]
+    job: dict[str, Any]
+
+
+def iso_utc(t: float) -> str:
+    """Epoch seconds as an ISO time in UTC, to the second."""
+    return dt.datetime.fromtimestamp(float(t), tz=dt.UTC).isoformat(timespec="seconds")
+
+
+def stored_job_features(frame: FeatureFrame, i: int) -> JobFeatures:
+    """Row `i` of the store's feature frame: the features the job had at its own submit time."""
+    runtime = frame.runtime[i]
+    job = {
+        "job_id": str(frame.job_id[i]),
+        "user": frame.user[i],
+        "name": frame.name[i],
+        "group": frame.cats["group"][i],
+        "gpus": float(frame.gpus[i]),
+        "submit_time": iso_utc(frame.submit[i]),
+        "state": frame.state[i],
+        "runtime": None if math.isnan(runtime) else float(runtime),
+    }
+    cats = {k: v[i : i + 1] for k, v in frame.cats.items()}
+    return JobFeatures(frame.X[i : i + 1], cats, frame.time_limit[i : i + 1], job)
+
+
+def pending_job_features(
+    frame: FeatureFrame,
+    now: float,
+    *,
+    user: str | None,
+    name: str | None,
+    group: str | None,
+    gpus: float,
+    nodes: int,
+    time_limit_s: float,
+    partition: str | None,
+    priority_class: str | None,
+) -> JobFeatures:
+    """A job not yet submitted, as if submitted at `now`: its history features from every stored job
+    that ended before `now` (causal, as in training), its request features from what it asks for."""
+    from headway.predict.features import replay_state, request_features
+
+    state = replay_state(frame, now)
+    hist = np.array([state.peek_row(user, group, name, gpus, now)], dtype=np.float64)
+    tl = np.array([time_limit_s])
+    X = np.hstack([hist, request_features(np.array([gpus]), np.array([float(nodes)]), tl, np.array([now]))])
+    cats = {
+        "partition": np.array([partition], dtype=object),
+        "priority_class": np.array([priority_class], dtype=object),
+        "group": np.array([group], dtype=object),
+    }
+    job = {
+        "job_id": None,
+        "user": user,
+        "name": name,
+        "group": group,
+        "gpus": gpus,
+        "submit_time": iso_utc(now),
+    }
+    return JobFeatures(X, cats, tl, job)
+
+
+def explain_prediction(
+    model: Predictor | None, f: JobFeatures
+) -> tuple[Predictions, dict[str, list[dict[str, Any]]]]:
+    """The predictions for one job and, with a model, what drove each (its top features in words);
+    without one, the cold-start estimates and no reasons."""
+    from headway.predict.model import fallback_predictions
+
+    if model is None:
+        return fallback_predictions(f.X, f.tl), {}
+    Xd = model.design(f.X, f.cats)
+    pred = model.predict_design(Xd, f.tl)
+    contrib = model.contributions(Xd)
+    reasons: dict[str, list[dict[str, Any]]] = {}
+    for key, (up, down) in DIRECTIONS.items():
+        if key in contrib:
+            reasons[key] = [
+                {"feature": r.feature, "words": r.words, "effect": r.effect, "direction": r.direction}
+                for r in top_reasons(contrib[key][0], Xd[0], model.vocab, up, down)
+            ]
+    return pred, reasons
+
+
+def feature_values(f: JobFeatures) -> dict[str, Any]:
+    """Every feature by name (numbers, then categories), None for a missing one, as --json prints them."""
+    values = f.X[0].tolist() + [c[0] for c in f.cats.values()]
+    return {
+        n: (None if isinstance(v, float) and math.isnan(v) else v)
+        for n, v in zip(FEATURES, values, strict=True)
+    }

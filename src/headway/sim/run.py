@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headway.policy.placement import fits_empty, max_nodes_for
-from headway.policy.policies import get_policy
+from headway.policy.registry import get_policy
 from headway.predict.api import EndedJob, OnlinePredictor, Predictions, SubmittedJob
 from headway.schema import conform, submit_order
 from headway.sim.cluster import Cluster, ClusterSpec

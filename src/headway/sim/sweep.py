@@ -49,7 +49,7 @@ def grid(policies: Sequence[str], loads: Sequence[float | None], seeds: Sequence
     """Every policy x load x seed, except that a policy reading no predictions runs once per load (with
     the first seed): the engine is deterministic and the seed only reaches the predictor's training, so
     its other seeds would repeat the same replay."""
-    from headway.policy.policies import get_policy
+    from headway.policy.registry import get_policy
 
     varies = {p: get_policy(p).uses_predictions for p in policies}
     return [

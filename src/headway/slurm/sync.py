@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headway.audit.render import dur
+from headway.humanize import dur
 from headway.policy.snapshot import FULL_SHARE, ClusterView, PendingJobs, Ranking, RunningJobs, Snapshot
 from headway.predict.api import EndedJob, OnlinePredictor, Predictions, SubmittedJob
 from headway.schema import OUTCOME_OF, OWN_FAILURE_STATES, JobRecord, Outcome, State, natural_key
