@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from headway.local.client import ClientError, request
+from headway.local.client import ClientError, pages, request
 
 
 def _client(args: tuple[str, int, int]) -> list[tuple[int, float]]:
@@ -80,7 +80,7 @@ def main() -> None:
             "SELECT count(*) FROM jobs WHERE id != ? AND state = 'PENDING'", (blocker,)
         ).fetchone()[0]
         con.close()
-        queue = request(state, {"op": "queue"})["jobs"]
+        queue = [j for page in pages(state, {"op": "queue"}) for j in page["jobs"]]  # 500 a page
         ranked = sum(1 for j in queue if j.get("rank"))
         res = {
             "bench": "submit",
@@ -109,7 +109,7 @@ def main() -> None:
             raise SystemExit("some submissions were lost")
     finally:
         try:  # jobs outlive their daemon by design: cancel the queue (pending first, the blocker last)
-            for j in reversed(request(state, {"op": "queue"})["jobs"]):
+            for j in reversed([j for page in pages(state, {"op": "queue"}) for j in page["jobs"]]):
                 request(state, {"op": "cancel", "id": j["id"]})
             deadline = time.time() + 15
             while time.time() < deadline and request(state, {"op": "queue"})["jobs"]:

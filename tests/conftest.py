@@ -22,3 +22,11 @@ def shared_traces() -> Path:
 @pytest.fixture
 def tmp_db(tmp_path: Path) -> Path:
     return tmp_path / "jobs.duckdb"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_run_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Root daemons the tests start register a shared queue under HEADWAY_RUN_DIR (/run/headway by
+    default): keep that registration, and the GPU locks beside it, inside the test run."""
+    if "HEADWAY_RUN_DIR" not in os.environ:
+        os.environ["HEADWAY_RUN_DIR"] = str(tmp_path_factory.mktemp("run"))

@@ -66,7 +66,7 @@ def daemon(
     Started as root, it runs each job as the user who submitted it.
     """
     from headway.local.daemon import DaemonConfig, DaemonError, run_daemon
-    from headway.local.gpus import GpuSpecError, resolve_gpus
+    from headway.local.gpus import GpuSpecError, device_uuids, resolve_gpus
     from headway.local.ordering import LocalPlanner, build_predictor, load_book
     from headway.local.paths import MODEL_FILE, resolve_state_dir
     from headway.policy import live_policy_error
@@ -106,6 +106,8 @@ def daemon(
         grace=grace,
         gpu_note=inv.note,
         gpu_names=inv.names,
+        # `--gpus 4` or `0,1` on a machine with GPUs hands out real devices: lock them as such
+        device_uuids=inv.uuids if inv.source == "nvml" else device_uuids(),
     )
     for h in history or []:
         if not h.exists():

@@ -1,4 +1,4 @@
-"""Client verbs of the local queue: `submit`, `queue`, `why`, `cancel`, `logs`, `history`.
+"""Client verbs of the local queue: `submit`, `queue`, `why`, `cancel`, `logs`, `history`, `gpus`.
 
 Each talks to the daemon over its Unix socket (found through --state-dir or $HEADWAY_STATE_DIR); the
 daemon learns who is asking from the socket itself, so these commands carry no identity of their own.
@@ -13,17 +13,19 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from headway.commands.daemon import StateDirOpt
 from headway.console import err, fail, out, plain, print_json, print_table, printable, safe_escape
-from headway.local.client import ClientError, DaemonUnreachable, request
+from headway.local.client import ClientError, DaemonUnreachable, pages, request
 from headway.local.durations import format_elapsed, parse_duration
 from headway.local.paths import resolve_state_dir
+from headway.local.protocol import RequestError, Submit
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON only (for scripts).")]
 # `headway submit -- CMD ARGS...`: options stop at the command, so its own flags are never ours.
@@ -32,11 +34,36 @@ SUBMIT_SETTINGS: dict[str, Any] = {"allow_interspersed_args": False}
 FOLLOW_RECONNECT_S = 300.0
 
 
-def _ask(state_dir: Path | None, msg: dict[str, Any]) -> dict[str, Any]:
+def _ask(state_dir: Path | None, msg: dict[str, Any] | Submit) -> dict[str, Any]:
     try:
         return request(resolve_state_dir(state_dir), msg)
     except ClientError as e:
         fail(str(e))
+
+
+def _jobs(state_dir: Path | None, msg: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A listing's jobs over all its pages (a job seen twice, as it moved up between pages, once), and
+    its first page (which carries the rest of the reply)."""
+    jobs: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    first: dict[str, Any] | None = None
+    try:
+        for page in pages(resolve_state_dir(state_dir), msg):
+            first = first or page
+            for j in page["jobs"]:
+                if j["id"] not in seen:
+                    seen.add(j["id"])
+                    jobs.append(j)
+    except ClientError as e:
+        fail(str(e))
+    assert first is not None
+    return jobs, first
+
+
+def _table() -> Table:
+    from rich.table import Table  # only the verbs that print one pay for it
+
+    return Table(box=None, pad_edge=False, header_style="bold")
 
 
 def submit(
@@ -74,20 +101,22 @@ def submit(
         cwd = os.getcwd()
     except FileNotFoundError:
         fail("the current directory no longer exists (deleted?): cd to one the job can run in")
-    reply = _ask(
-        state_dir,
-        {
-            "op": "submit",
-            "argv": list(command),
-            "cwd": cwd,
-            "env": dict(os.environ),
-            "gpus": gpus,
-            "time_limit": limit,
-            "name": name,
-            "priority": priority,
-            "after": after,
-        },
-    )
+    try:  # the daemon's own checks, here first: a 14 MB argv is refused before it is sent
+        req = Submit.from_wire(
+            {
+                "argv": list(command),
+                "cwd": cwd,
+                "env": dict(os.environ),
+                "gpus": gpus,
+                "time_limit": limit,
+                "name": name,
+                "priority": priority,
+                "after": after,
+            }
+        )
+    except RequestError as e:
+        fail(str(e))
+    reply = _ask(state_dir, req)
     if as_json:
         print_json({"id": reply["id"], "name": reply["name"], "user": reply["user"]})
     else:
@@ -118,13 +147,12 @@ def queue(
     as_json: JsonOpt = False,
 ) -> None:
     """Running and pending jobs, pending ones in the order they will start (rank), with P(complete)."""
-    reply = _ask(state_dir, {"op": "queue", "all": show_all})
-    jobs = reply["jobs"]
+    jobs, reply = _jobs(state_dir, {"op": "queue", "all": show_all})
     if as_json:
         print_json([_public(j) for j in jobs])
         return
     now = time.time()
-    t = Table(box=None, pad_edge=False, header_style="bold")
+    t = _table()
     for col in ("JOBID", "NAME", "USER", "ST", "TIME", "GPUS", "REASON", "RANK", "P(OK)"):
         t.add_column(
             col,
@@ -168,6 +196,8 @@ def why(
         print_json(reply)
         return
     j = reply["job"]
+    from rich.text import Text
+
     out.print(
         Text.assemble(
             (f"job {j['id']}", "bold"),
@@ -237,6 +267,7 @@ def logs(
     opened = False
     lost_at: float | None = None  # when a followed daemon stopped answering
     reached = False  # no daemon at the first request is an error at once, not a restart to wait out
+    said_pending = False
     while True:
         msg = {"op": "logs", "id": job_id, "stream": stream, "offset": offset}
         try:
@@ -264,6 +295,14 @@ def logs(
             lost_at = None
         data = base64.b64decode(r["data"])
         offset = int(r["offset"])
+        if not r.get("started", True) and not data and not said_pending:
+            said_pending = True  # printing nothing read as "it ran and wrote nothing"
+            if r["ended"]:
+                note = f"job {job_id} ended {r['state']} without starting"
+            else:
+                note = f"job {job_id} has not started yet ({r['state']})"
+                note += "; following it until it starts" if follow else ""
+            err.print(f"headway: {note}", soft_wrap=True)
         if as_json:
             sys.stdout.write(("" if opened else json_head) + json.dumps(decoder.decode(data))[1:-1])
             opened = True
@@ -281,7 +320,7 @@ def logs(
         tail = json.dumps(decoder.decode(b"", final=True))[1:-1]
         sys.stdout.write(("" if opened else json_head) + f'{tail}", "state": {json.dumps(r["state"])}}}\n')
         sys.stdout.flush()
-    elif follow and offset == 0:  # nothing came: say why the follow ended at once
+    elif follow and offset == 0 and r.get("started", True):  # nothing came: say why it ended at once
         err.print(
             f"headway: job {job_id} ended {r['state']} with no {'stderr' if stderr else 'output'}",
             soft_wrap=True,
@@ -309,12 +348,11 @@ def history(
     """Ended jobs with their final state, exit code, GPUs and times (most recent first)."""
     if limit < 0:
         fail("--limit must be >= 0")
-    reply = _ask(state_dir, {"op": "history", "limit": limit, "user": user})
-    jobs = reply["jobs"]
+    jobs, _ = _jobs(state_dir, {"op": "history", "limit": limit, "user": user})
     if as_json:
         print_json([_public(j) for j in jobs])
         return
-    t = Table(box=None, pad_edge=False, header_style="bold")
+    t = _table()
     submit_col, submitted = local_stamps([j["submit_ts"] for j in jobs])
     for col in ("JOBID", "NAME", "USER", "STATE", "EXIT", "GPUS", "GPU_IDS", submit_col, "ELAPSED", "WAIT"):
         t.add_column(
@@ -339,3 +377,26 @@ def history(
             wait,
         )
     print_table(t)
+
+
+def gpus(state_dir: StateDirOpt = None, as_json: JsonOpt = False) -> None:
+    """The daemon's GPUs: index, model, and free or busy (with the job, its user and name)."""
+    rows = _ask(state_dir, {"op": "gpus"})["gpus"]
+    if as_json:
+        print_json(rows)
+        return
+    t = _table()
+    for col in ("GPU", "MODEL", "STATE", "JOBID", "USER", "NAME"):
+        t.add_column(col, justify="right" if col in ("GPU", "JOBID") else "left", no_wrap=True)
+    for g in rows:
+        t.add_row(
+            str(g["index"]),
+            plain(g["model"]),
+            g["state"],
+            "-" if g["job"] is None else str(g["job"]),
+            plain(g["user"] or "-"),
+            plain((g["name"] or "-")[:24]),
+        )
+    print_table(t)
+    busy = sum(1 for g in rows if g["state"] != "free")
+    out.print(f"{len(rows) - busy} free, {busy} busy of {len(rows)} GPU(s)")

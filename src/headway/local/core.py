@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from headway.local.protocol import PRIORITIES as PRIORITIES  # the classes a request may ask for
+
 
 class JobState(StrEnum):
     PENDING = "PENDING"
@@ -42,8 +44,6 @@ _SHORT = {
     JobState.TIMEOUT: "TO",
     JobState.CANCELLED: "CA",
 }
-
-PRIORITIES = ("low", "normal", "high", "urgent")
 
 
 @dataclass(slots=True)

@@ -10,32 +10,28 @@ the two is repaired on restart by `recover`, which reads the run directories (se
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import fcntl
 import json
 import logging
 import os
-import pwd
 import shutil
 import signal
 import socket
 import sqlite3
-import struct
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from headway.local import runs
+from headway.local import devicelock, runs, statedir
+from headway.local.classes import CLASSES_FILE, ClassPolicyFile
 from headway.local.core import (
-    PRIORITIES,
     Abandoned,
-    CancelRequested,
     Claimed,
     Event,
     Finished,
@@ -48,21 +44,35 @@ from headway.local.core import (
     QueueCore,
     Record,
     Step,
-    Submitted,
     Terminate,
     Tick,
 )
-from headway.local.db import StateDB, path_of, path_value
+from headway.local.db import DatabaseRefused, StateDB, check_file, path_of
 from headway.local.paths import (
     DAEMON_LOCK,
     DAEMON_LOG,
     JOB_STORE,
     MODEL_FILE,
+    SOCKET,
     STATE_DB,
     log_paths,
+    register_shared,
     socket_address,
     socket_path,
 )
+from headway.local.protocol import (
+    MAX_REQUEST_BYTES,
+    REQUEST_TIMEOUT_S,
+    BadRequest,
+    Request,
+    RequestError,
+    decode_request,
+    encode_reply,
+    parse_request,
+    wire,
+)
+from headway.local.server import Caller, ConnectionGate, PeerLog, peer, raise_fd_limit
+from headway.local.verbs import answer
 from headway.local.views import JobViews
 
 # Files of the state dir only the daemon's owner may read (see `Daemon.open`).
@@ -78,8 +88,17 @@ PRIVATE_FILES = (
 
 log = logging.getLogger("headway.daemon")
 
-MAX_REQUEST = 16 * 1024 * 1024
-LOG_CHUNK = 256 * 1024
+# What a root daemon asks of its state dir and --db (statedir.py), after the component that fails it.
+UNSAFE_RULE = (
+    "a daemon running as root uses files only where no other user can change any part of the path "
+    "(each part owned by root and not writable by group or others; a sticky bit allowed above): "
+    "chown root and chmod go-w it"
+)
+
+REPLY_TIMEOUT_S = 10.0  # a client that does not read its reply (at most a page) is cut off after this
+# Connections the kernel holds before the daemon accepts them: they cost the daemon nothing, and a full
+# queue makes other users' clients wait (client.py), so as many as the kernel allows (net.core.somaxconn).
+LISTEN_BACKLOG = socket.SOMAXCONN
 # Writing ended jobs into the DuckDB store while another process holds it: retry after 1, 2, 4 ... 60 s,
 # and warn once per 10 minutes of failing.
 STORE_RETRY_MIN_S = 1.0
@@ -89,23 +108,6 @@ STORE_WARN_EVERY_S = 600.0
 
 class DaemonError(RuntimeError):
     """Start-up problems worth one line: state dir not writable, another daemon running, and so on."""
-
-
-class RequestError(ValueError):
-    """A refused request; the message goes back to the client."""
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """Who is on the other end of the socket, from SO_PEERCRED (never from the request)."""
-
-    pid: int
-    uid: int
-    gid: int
-
-    @property
-    def is_root(self) -> bool:
-        return self.uid == 0
 
 
 def _gpu_list(ids: tuple[int, ...], names: tuple[str, ...]) -> str:
@@ -130,6 +132,7 @@ class DaemonConfig:
     min_pass: float = 0.2  # seconds between scheduling passes while things keep changing
     gpu_note: str = ""
     gpu_names: tuple[str, ...] = ()  # NVML's model names, one per id ("logical"/"listed" otherwise)
+    device_uuids: tuple[str, ...] = ()  # NVML's UUID of each device by index: locked machine-wide
 
     @property
     def store(self) -> Path:
@@ -143,10 +146,27 @@ def _pgid(pid: int) -> int | None:
         return None
 
 
-def _peer(sock: socket.socket) -> Caller:
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, gid = struct.unpack("3i", raw)
-    return Caller(pid, uid, gid)
+def write_storable(store: Path, rows: list[dict[str, Any]]) -> dict[int, str]:
+    """Write the ended jobs to the job store, all but those that cannot be converted to its schema
+    (returned, with why): one row with an infinite time limit failed every batch, forever, and 17 of 23
+    ended jobs never reached the store. Runs in a thread (pyarrow, DuckDB)."""
+    from headway.local.store_sync import to_table, write_ended
+
+    bad: dict[int, str] = {}
+    try:
+        to_table(rows)
+        good = rows
+    except Exception:
+        good = []
+        for r in rows:
+            try:
+                to_table([r])
+                good.append(r)
+            except Exception as e:
+                bad[int(r["id"])] = f"{type(e).__name__}: {e}"
+    if good:
+        write_ended(store, good)
+    return bad
 
 
 class Daemon:
@@ -178,27 +198,54 @@ class Daemon:
         self.last_tick = 0.0
         self.stopping = False
         self._lock_fd: int | None = None
+        self._gpu_locks: devicelock.GpuLocks | None = None  # held for the daemon's life (devicelock.py)
         self.my_uid = os.getuid()
         self.job_umask = 0o022  # the umask jobs run with: the one the daemon was started with (`open`)
+        # The request path (server.py, verbs/): connection caps, the bad-request log, the class policy.
+        self.gate = ConnectionGate()
+        self._connections: set[asyncio.Task[None]] = set()
+        self.peer_log = PeerLog(log)
+        self.classes = ClassPolicyFile(cfg.state_dir / CLASSES_FILE, self.my_uid)
 
     # ---------- start-up ----------
 
     def open(self, log_to_stderr: bool = False) -> None:
-        """Take the state dir (one daemon per dir), open SQLite and recover what a crash left behind."""
+        """Take the state dir (one daemon per dir; as root, only one no other user can change), lock its
+        GPUs machine-wide, open SQLite (refusing a lost or damaged database) and recover what a crash
+        left behind."""
         sd = self.state_dir
+        root = self.my_uid == 0
         try:
-            sd.mkdir(parents=True, exist_ok=True, mode=0o755 if self.my_uid == 0 else 0o700)
+            if root:
+                statedir.check_path(sd, self.my_uid)  # before anything is made in it
+            sd.mkdir(parents=True, exist_ok=True, mode=0o755 if root else 0o700)
             for sub in ("runs", "logs"):
                 (sd / sub).mkdir(exist_ok=True, mode=0o700 if sub == "runs" else 0o711)
-            fd = os.open(sd / DAEMON_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+            if root:
+                for sub in ("runs", "logs"):
+                    statedir.check_path(sd / sub, self.my_uid)
+                for name in (*PRIVATE_FILES, DAEMON_LOCK, SOCKET, MODEL_FILE):
+                    statedir.check_own_file(sd / name, self.my_uid)
+            fd = os.open(sd / DAEMON_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except statedir.UnsafePath as e:
+            raise DaemonError(f"{e}; {UNSAFE_RULE}, or choose another --state-dir") from None
         except OSError as e:
             raise DaemonError(f"{sd}: cannot use it as the state directory: {e.strerror or e}") from None
+        if root and self.cfg.store_path is not None:
+            try:
+                statedir.check_path(self.cfg.store_path, self.my_uid)
+            except statedir.UnsafePath as e:
+                os.close(fd)
+                raise DaemonError(
+                    f"--db {self.cfg.store_path}: {e}; {UNSAFE_RULE}, or choose another --db"
+                ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise DaemonError(f"{sd}: another headway daemon is already running on this state dir") from None
         self._lock_fd = fd
+        no_lock_dir = self._lock_gpus()
         # The daemon's own files are private whatever umask it was started with: the job database holds
         # each job's argv, working directory and whole environment (tokens included), the log the same
         # commands. Jobs get the umask back (the supervisor sets it before it starts the command).
@@ -207,9 +254,61 @@ class Daemon:
             with contextlib.suppress(FileNotFoundError):
                 os.chmod(sd / name, 0o600)
         setup_logging(sd, log_to_stderr)
-        self.db = StateDB(sd / STATE_DB)
+        if no_lock_dir:
+            log.warning("%s: no such directory; this daemon's GPUs are not locked machine-wide", no_lock_dir)
+        self.db = self._open_db()
         self.views = JobViews(self.db, self.core)
+        if root and statedir.reachable_by_others(sd):
+            try:
+                if register_shared(sd):
+                    log.info("registered as this machine's shared queue (users without one are told)")
+            except OSError as e:
+                log.warning("cannot register %s as this machine's shared queue: %s", sd, e)
         self.recover()
+
+    def _lock_gpus(self) -> str:
+        """Take the machine-wide lock of every GPU this daemon hands out (devicelock.py), or refuse to
+        start naming the daemon that has one. Returns the lock dir when the default one is missing (then
+        nothing is locked), else ""."""
+        directory, explicit = devicelock.lock_dir()
+        keys = devicelock.lock_keys(self.cfg.gpu_ids, self.cfg.device_uuids, logical=explicit)
+        if not keys:
+            return ""
+        label = {"pid": os.getpid(), "uid": self.my_uid, "state_dir": str(self.state_dir)}
+        try:
+            self._gpu_locks = devicelock.acquire(keys, directory, label)
+        except devicelock.GpuLockError as e:
+            raise DaemonError(str(e)) from None
+        except FileNotFoundError:
+            if not explicit:
+                return str(directory)
+            raise DaemonError(
+                f"{directory}: no such directory (${devicelock.LOCK_DIR_VAR}) to lock the GPUs in"
+            ) from None
+        except OSError as e:
+            raise DaemonError(f"{directory}: cannot lock the GPUs there: {e.strerror or e}") from None
+        return ""
+
+    def _open_db(self) -> StateDB:
+        """Open the queue's database after checking it (db.check_file) against the job ids the state dir
+        and the job store show, and make its next id go on after all of them: an id is never given twice,
+        so a job's logs and its row in the job store are never another job's."""
+        path = self.state_dir / STATE_DB
+        earlier, where, note = statedir.earlier_jobs(self.state_dir, self.cfg.store)
+        if note:
+            log.warning("%s", note)
+        try:
+            check_file(path, earlier, where)
+            db = StateDB(path)
+        except DatabaseRefused as e:
+            raise DaemonError(str(e)) from None
+        except sqlite3.Error as e:
+            raise DaemonError(f"{path}: cannot open the queue's database: {e}") from None
+        if db.ids_after(earlier):
+            log.warning(
+                "job ids go on after %d (%s), which the queue's database did not know", earlier, where
+            )
+        return db
 
     def recover(self) -> None:
         """Adopt jobs whose supervisors outlived the last daemon; collect the ones that ended meanwhile."""
@@ -613,10 +712,8 @@ class Daemon:
         self._flush_task = asyncio.get_running_loop().create_task(self._flush([dict(r) for r in rows]))
 
     async def _flush(self, rows: list[dict[str, Any]]) -> None:
-        from headway.local.store_sync import write_ended
-
         try:
-            await asyncio.to_thread(write_ended, self.cfg.store, rows)
+            bad = await asyncio.to_thread(write_storable, self.cfg.store, rows)
         except Exception as e:  # locked by a reader, disk full: keep them unstored and retry later
             # Backing off, and one warning per STORE_WARN_EVERY_S: a reader holding the store for an hour
             # wrote a line a second before.
@@ -635,8 +732,7 @@ class Daemon:
                     STORE_RETRY_MAX_S,
                 )
             return
-        with self._db().transaction():
-            self._db().mark_stored([int(r["id"]) for r in rows])
+        self._mark_flushed(rows, bad)
         if self._flush_failing_since is not None:
             log.info(
                 "job store %s written again after %.0f s",
@@ -646,22 +742,38 @@ class Daemon:
         self._flush_delay, self._flush_failing_since, self._flush_warned = STORE_RETRY_MIN_S, None, 0.0
 
     def flush_store_now(self) -> None:
-        from headway.local.store_sync import write_ended
-
         rows = [dict(r) for r in self._db().unstored(limit=100_000)]
         if rows:
-            write_ended(self.cfg.store, rows)
-            with self._db().transaction():
-                self._db().mark_stored([int(r["id"]) for r in rows])
+            self._mark_flushed(rows, write_storable(self.cfg.store, rows))
+
+    def _mark_flushed(self, rows: list[dict[str, Any]], bad: dict[int, str]) -> None:
+        """Mark the written rows stored, and the rows that cannot be (`bad`) as such (`stored = -1`),
+        each with one log line: they stay in the queue's database and history, and are not retried."""
+        for jid, why in bad.items():
+            log.error("job %d cannot be written to the job store (%s); skipped, not retried", jid, why)
+        with self._db().transaction() as con:
+            self._db().mark_stored([int(r["id"]) for r in rows if int(r["id"]) not in bad])
+            con.executemany("UPDATE jobs SET stored = -1 WHERE id = ?", [(jid,) for jid in bad])
 
     # ---------- the socket ----------
 
     async def serve(self) -> None:
         path = socket_path(self.state_dir)
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()  # a stale socket of a dead daemon (we hold the state dir's lock)
-        with socket_address(path) as address:  # a deep state dir's path is too long to bind as it is
-            server = await asyncio.start_unix_server(self._client, path=address, limit=MAX_REQUEST)
+        raise_fd_limit()  # up to the hard limit (LimitNOFILE); server.total_cap keeps half of it free
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()  # a stale socket of a dead daemon (we hold the state dir's lock)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                with socket_address(path) as address:  # a deep state dir's path is too long to bind as is
+                    listener.bind(address)
+                listener.listen(LISTEN_BACKLOG)
+                listener.setblocking(False)
+            except OSError:
+                listener.close()
+                raise
+        except OSError as e:
+            raise DaemonError(f"{path}: cannot create the clients' socket: {e.strerror or e}") from None
         os.chmod(path, 0o666)  # anyone may connect; SO_PEERCRED decides what they may do
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -678,10 +790,13 @@ class Daemon:
             self._loading_kind = "load"
             self._loading = loop.run_in_executor(None, self.predictor_factory)
         watcher = loop.create_task(self.watch())
-        async with server:
-            while not self.stopping:
-                await asyncio.sleep(0.2)
-        server.close()
+        acceptor = loop.create_task(self._accept(listener))
+        while not self.stopping:
+            await asyncio.sleep(0.2)
+        acceptor.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await acceptor
+        listener.close()
         await watcher
         if self._flush_task is not None:
             await self._flush_task
@@ -695,226 +810,109 @@ class Daemon:
         self.stopping = True
         self.wake.set()
 
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, listener: socket.socket) -> None:
+        """The accept loop. A connection's uid is known (SO_PEERCRED) before any of its bytes are read, so
+        one over a cap (server.ConnectionGate) is refused at once with one line and closed: it holds a
+        descriptor for a moment, never a task or a buffer, and a flood of them cannot take the
+        descriptors the watcher needs to record job ends."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except OSError as e:  # out of descriptors all the same (another process's fault?): wait
+                self.peer_log.trouble(f"cannot accept a connection: {e}")
+                await asyncio.sleep(0.1)
+                continue
+            try:
+                caller = peer(conn)
+            except OSError:
+                conn.close()
+                continue
+            refusal = self.gate.admit(caller.uid)
+            if refusal is not None:
+                self.peer_log.note("connection refused", caller.uid, caller.pid, refusal)
+                with contextlib.suppress(OSError):
+                    conn.send(encode_reply({"ok": False, "error": refusal, "busy": True}))
+                conn.close()
+                continue
+            task = loop.create_task(self._connection(conn, caller))
+            self._connections.add(task)  # held until done: the loop keeps only weak references
+            task.add_done_callback(self._connections.discard)
+
+    async def _connection(self, conn: socket.socket, caller: Caller) -> None:
+        """One admitted connection: one request within REQUEST_TIMEOUT_S, one reply, closed."""
         try:
-            sock = writer.get_extra_info("socket")
-            caller = _peer(sock)
             try:
-                line = await reader.readline()
+                reader, writer = await asyncio.open_unix_connection(sock=conn, limit=MAX_REQUEST_BYTES)
+            except OSError:
+                conn.close()
+                return
+            await self._client(reader, writer, caller)
+        finally:
+            self.gate.release(caller.uid)
+
+    async def _client(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, caller: Caller
+    ) -> None:
+        """Read one request line (in time, within the size limit), answer it, close. Nothing a client
+        sends or holds back keeps its connection open for long."""
+        try:
+            try:
+                line = await asyncio.wait_for(reader.readline(), REQUEST_TIMEOUT_S)
+            except TimeoutError:
+                error = f"no request within {REQUEST_TIMEOUT_S:.0f} s; closing the connection"
+                self.peer_log.note("connection closed", caller.uid, caller.pid, error)
+                reply = encode_reply({"ok": False, "error": error})
             except (ValueError, asyncio.LimitOverrunError):
-                line = b""
-            try:
-                msg = json.loads(line) if line else None
-                if not isinstance(msg, dict):
-                    raise RequestError("malformed request")
-                reply = {"ok": True, **self.handle(caller, msg)}
-            except RequestError as e:
-                reply = {"ok": False, "error": str(e)}
-            except Exception as e:
-                log.exception("request failed")
-                reply = {"ok": False, "error": f"internal error: {e}"}
-            writer.write(json.dumps(reply, default=str).encode() + b"\n")
-            await writer.drain()
-        except (ConnectionError, OSError):
+                error = f"request larger than {MAX_REQUEST_BYTES // 1024 // 1024} MiB"
+                self.peer_log.bad_request(caller.uid, caller.pid, error)
+                reply = encode_reply({"ok": False, "error": error})
+            else:
+                if not line:
+                    return  # the client went away without a word
+                reply = self.answer(caller, line)
+            writer.write(reply)
+            await asyncio.wait_for(writer.drain(), REPLY_TIMEOUT_S)
+        except (ConnectionError, OSError, TimeoutError):
             pass
         finally:
             writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            try:
+                await asyncio.wait_for(writer.wait_closed(), REPLY_TIMEOUT_S)
+            except Exception:  # a client that reads nothing: drop what it did not take
+                writer.transport.abort()
 
     # ---------- requests ----------
 
     broken = False  # the core could not be reloaded from the database (_resync): serve nothing more
 
-    def handle(self, caller: Caller, msg: dict[str, Any]) -> dict[str, Any]:
+    def answer(self, caller: Caller, line: bytes) -> bytes:
+        """The reply line to one request line. A bad request is one line back, and one line in the log
+        (a few a minute per user: server.PeerLog), never a traceback."""
+        try:
+            reply = {"ok": True, **self.handle(caller, decode_request(line))}
+        except BadRequest as e:
+            self.peer_log.bad_request(caller.uid, caller.pid, str(e))
+            reply = {"ok": False, "error": str(e)}
+        except RequestError as e:
+            reply = {"ok": False, "error": str(e)}
+        except Exception as e:
+            self.peer_log.failed(caller.uid, caller.pid, e)
+            reply = {"ok": False, "error": f"internal error: {type(e).__name__}: {str(e)[:200]}"}
+        return encode_reply(reply)
+
+    def handle(self, caller: Caller, msg: Request | Mapping[str, Any]) -> dict[str, Any]:
+        """Answer one request, typed or in its wire form (checked first); raises RequestError. The verbs
+        live in headway.local.verbs, one module each."""
         if self.broken:
             raise RequestError("the daemon cannot read its job database and is stopping; start it again")
-        op = msg.get("op")
-        fn: Callable[[Caller, dict[str, Any]], dict[str, Any]] | None = getattr(self, f"op_{op}", None)
-        if not isinstance(op, str) or fn is None:
-            raise RequestError(f"unknown request {op!r}")
-        return fn(caller, msg)
+        req = parse_request(dict(msg)) if isinstance(msg, Mapping) else msg
+        reply: dict[str, Any] = wire(answer(self, caller, req))
+        return reply
 
-    def op_ping(self, caller: Caller, msg: dict[str, Any]) -> dict[str, Any]:
-        from headway import __version__
-
-        return {
-            "version": __version__,
-            "pid": os.getpid(),
-            "gpu_ids": list(self.cfg.gpu_ids),
-            "gpu_names": list(self.cfg.gpu_names),
-            "policy": self.cfg.policy,
-            "store": str(self.cfg.store),
-            "note": self.cfg.gpu_note,
-            "you": caller.uid,
-            # False while the predictor loads at start-up: requests are served, nothing starts yet
-            "ready": not (self._loading is not None and self._loading_kind == "load"),
-        }
-
-    def op_submit(self, caller: Caller, msg: dict[str, Any]) -> dict[str, Any]:
-        if self.my_uid != 0 and caller.uid != self.my_uid:
-            raise RequestError(
-                f"this daemon runs as uid {self.my_uid} and cannot run jobs as uid {caller.uid} "
-                "(a shared queue needs a daemon started as root)"
-            )
-        try:
-            pw = pwd.getpwuid(caller.uid)
-        except KeyError:
-            raise RequestError(f"uid {caller.uid} has no passwd entry") from None
-        argv = msg.get("argv")
-        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-            raise RequestError("submit needs a command: headway submit -- CMD ARGS...")
-        cwd = msg.get("cwd")
-        if not isinstance(cwd, str) or not cwd.startswith("/"):
-            raise RequestError("submit needs an absolute working directory")
-        env = msg.get("env") or {}
-        if not isinstance(env, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-        ):
-            raise RequestError("env must map strings to strings")
-        gpus = msg.get("gpus", 1)
-        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
-            raise RequestError(f"--gpus must be a whole number >= 0, got {gpus!r}")
-        if gpus > len(self.cfg.gpu_ids):
-            raise RequestError(f"the job asks for {gpus} GPUs; this server has {len(self.cfg.gpu_ids)}")
-        limit = msg.get("time_limit")
-        if limit is not None and (not isinstance(limit, int | float) or limit <= 0):
-            raise RequestError(f"time limit must be a positive number of seconds, got {limit!r}")
-        prio = msg.get("priority") or "normal"
-        if prio not in PRIORITIES:
-            raise RequestError(f"--priority must be one of {', '.join(PRIORITIES)}, got {prio!r}")
-        after = msg.get("after")
-        if after is not None and (not isinstance(after, int) or self.core.state_of(after) is None):
-            raise RequestError(f"--after {after}: no such job")
-        name = msg.get("name") or os.path.basename(argv[0])
-        if not isinstance(name, str) or len(name) > 200:
-            raise RequestError("--name must be a string of at most 200 characters")
-        if not name.isprintable():  # a tab or newline broke every table that lists the job
-            if msg.get("name"):
-                raise RequestError(f"--name {name!r}: no tabs, newlines or other control characters")
-            name = "".join(c if c.isprintable() else "?" for c in name)
-        groups = sorted(set(os.getgrouplist(pw.pw_name, pw.pw_gid)))
-        now = time.time()
-        db = self._db()
-        try:
-            with db.transaction():
-                jid = db.insert_job(
-                    {
-                        "user": pw.pw_name,
-                        "uid": caller.uid,
-                        "gid": pw.pw_gid,
-                        "groups": json.dumps(groups),
-                        "name": name,
-                        "argv": json.dumps(argv),
-                        "cwd": path_value(cwd),
-                        "env": json.dumps(env),
-                        "gpus": gpus,
-                        "time_limit": float(limit) if limit is not None else None,
-                        "priority": prio,
-                        "after": after,
-                        "submit_time": now,
-                        "state": JobState.PENDING.value,
-                    }
-                )
-                job = LocalJob(
-                    id=jid,
-                    user=pw.pw_name,
-                    uid=caller.uid,
-                    name=name,
-                    gpus=gpus,
-                    submit_time=now,
-                    time_limit=float(limit) if limit is not None else None,
-                    priority=prio,
-                    after=after,
-                )
-                step = self.core.handle(Submitted(job))
-                db.log_events(now, step.log)
-        except sqlite3.Error as e:
-            self._resync()  # the core heard of the job inside the transaction that failed
-            log.error("submit of %r by %s not stored: %s", name, pw.pw_name, e)
-            raise RequestError(
-                f"the job was not queued: the queue's database cannot be written ({e})"
-            ) from None
-        self.dirty = True
-        self.wake.set()
-        return {"id": jid, "name": name, "user": pw.pw_name}
-
-    def _owned(self, caller: Caller, job_id: Any, verb: str) -> dict[str, Any]:
-        if not isinstance(job_id, int):
-            raise RequestError(f"{verb}: job id must be a number")
-        if not 0 < job_id < 2**63:  # SQLite's integers end there
-            raise RequestError(f"no job {job_id}")
-        row = self._db().row(job_id)
-        if row is None:
-            raise RequestError(f"no job {job_id}")
-        if not caller.is_root and row["uid"] != caller.uid:
-            raise RequestError(f"job {job_id} belongs to {row['user']}; you may only {verb} your own jobs")
-        return dict(row)
-
-    def op_cancel(self, caller: Caller, msg: dict[str, Any]) -> dict[str, Any]:
-        jid = msg.get("id")
-        row = self._owned(caller, jid, "cancel")
-        assert isinstance(jid, int)
-        state = JobState(row["state"])
-        if not state.active:
-            return {"id": jid, "state": state.value, "note": f"job {jid} already ended ({state})"}
-        self._apply(self.core.handle(CancelRequested(jid, time.time())))
-        self.wake.set()
-        job = self.core.job(jid)
-        now_state = job.state.value if job else self._db().row(jid)["state"]  # type: ignore[index]
-        return {"id": jid, "state": now_state}
-
-    def op_logs(self, caller: Caller, msg: dict[str, Any]) -> dict[str, Any]:
-        jid = msg.get("id")
-        row = self._owned(caller, jid, "read the logs of")
-        assert isinstance(jid, int)
-        stream = msg.get("stream", "out")
-        if stream not in ("out", "err"):
-            raise RequestError("stream must be out or err")
-        offset = msg.get("offset", 0)
-        if not isinstance(offset, int) or offset < 0:
-            raise RequestError("offset must be a byte offset >= 0")
-        path = log_paths(self.state_dir, jid)[0 if stream == "out" else 1]
-        data = b""
-        size = 0
-        with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            f.seek(offset)
-            data = f.read(LOG_CHUNK)
-        return {
-            "id": jid,
-            "data": base64.b64encode(data).decode(),
-            "offset": offset + len(data),
-            "size": size,
-            "ended": not JobState(row["state"]).active,
-            "state": row["state"],
-        }
-
-    def op_queue(self, caller: Caller, msg: dict[str, Any]) -> dict[str, Any]:
-        assert self.views is not None
-        return {
-            "jobs": self.views.queue(include_ended=bool(msg.get("all"))),
-            "gpu_ids": list(self.cfg.gpu_ids),
-        }
-
-    def op_history(self, caller: Caller, msg: dict[str, Any]) -> dict[str, Any]:
-        assert self.views is not None
-        limit = msg.get("limit", 100)
-        if not isinstance(limit, int) or limit < 0:
-            raise RequestError("limit must be a number >= 0")
-        user = msg.get("user")
-        if user is not None and not isinstance(user, str):
-            raise RequestError("user must be a name")
-        return {"jobs": self.views.history(limit=limit, user=user)}
-
-    def op_why(self, caller: Caller, msg: dict[str, Any]) -> dict[str, Any]:
-        assert self.views is not None
-        jid = msg.get("id")
-        if not isinstance(jid, int):
-            raise RequestError("why: job id must be a number")
-        if not 0 < jid < 2**63:  # SQLite's integers end there
-            raise RequestError(f"no job {jid}")
-        return self.views.why(jid, time.time())
+    def op_submit(self, caller: Caller, msg: Mapping[str, Any]) -> dict[str, Any]:
+        """`submit` from a request's wire form (in-process callers); see verbs/submit.py."""
+        return self.handle(caller, {**msg, "op": "submit"})
 
 
 def setup_logging(state_dir: Path, to_stderr: bool) -> None:
@@ -941,5 +939,8 @@ def run_daemon(
 ) -> None:
     """Run in the foreground until SIGTERM/SIGINT (ready for a systemd unit)."""
     d = Daemon(cfg, planner, predictor, predictor_factory)
-    d.open(log_to_stderr)
+    try:
+        d.open(log_to_stderr)
+    except (OSError, sqlite3.Error) as e:  # whatever `open` does not put in words itself: one line too
+        raise DaemonError(f"{cfg.state_dir}: cannot start the daemon: {e}") from None
     asyncio.run(d.serve())

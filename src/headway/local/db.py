@@ -91,6 +91,69 @@ _MUTABLE = (
 )
 
 
+class DatabaseRefused(RuntimeError):
+    """A queue database the daemon must not start on (lost, damaged, not headway's); the message is one
+    line that says how to recover."""
+
+
+def check_file(path: Path, earlier: int, evidence: str) -> None:
+    """Refuse a lost or damaged queue database before SQLite touches it.
+
+    `earlier` is the highest job id the state dir shows elsewhere (logs, run dirs, the job store; 0 for
+    none) and `evidence` says where. A zero-length file is checked before connecting: SQLite deletes the
+    WAL of a zero-length database on open, and an empty file where jobs ran means the queue was lost,
+    which must not silently start job ids at 1 again."""
+    wal = path.with_name(path.name + "-wal")
+    size = path.stat().st_size if path.exists() else None
+    wal_size = wal.stat().st_size if wal.exists() else 0
+    after = f"to start an empty queue whose job ids go on after {earlier}" if earlier else "to start anew"
+    if (size == 0 and (earlier or wal_size)) or (size is None and wal_size):
+        what = "is empty" if size == 0 else "is missing"
+        why = f"this queue ran jobs before (up to job {earlier}: {evidence})" if earlier else f"{wal} is not"
+        raise DatabaseRefused(
+            f"{path} {what}, but {why}: the queue's database was lost. Restore it from a backup, or "
+            f"remove it and its WAL (rm {path} {wal}) {after}"
+        )
+    if not size:
+        return
+    try:
+        con = sqlite3.connect(str(path), isolation_level=None, timeout=30)
+    except sqlite3.Error as e:
+        raise DatabaseRefused(f"{path}: cannot open the queue's database: {e}") from None
+    try:
+        problems = [str(r[0]) for r in con.execute("PRAGMA quick_check(5)")]
+        tables = sorted(str(r[0]) for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        version = None
+        if "meta" in tables:
+            row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            version = row[0] if row else None
+    except sqlite3.DatabaseError as e:
+        problems, tables, version = [str(e)], [], None
+    finally:
+        con.close()
+    if problems != ["ok"]:
+        raise DatabaseRefused(
+            f"{path} is damaged ({'; '.join(problems)[:200]}): restore it from a backup, or move it aside "
+            f"(mv {path} {path}.damaged, with its -wal and -shm files) {after}"
+        )
+    ours = {"meta", "jobs", "events", "decisions"}
+    if tables and not ours <= set(tables):
+        raise DatabaseRefused(
+            f"{path} is not a headway queue database (tables: {', '.join(tables[:5])}): give another "
+            "--state-dir, or move the file aside"
+        )
+    if version is not None and str(version).isdigit() and int(version) > SCHEMA_VERSION:
+        raise DatabaseRefused(
+            f"{path} was written by a newer headway (schema {version}; this one reads {SCHEMA_VERSION}): "
+            "run that version"
+        )
+    if not tables and earlier:
+        raise DatabaseRefused(
+            f"{path} holds no jobs table, but this queue ran jobs before (up to job {earlier}: {evidence}): "
+            f"the queue's database was lost. Restore it from a backup, or remove it (rm {path}) {after}"
+        )
+
+
 class StateDB:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -106,6 +169,23 @@ class StateDB:
 
     def close(self) -> None:
         self.con.close()
+
+    def ids_after(self, earlier: int) -> bool:
+        """Make the next job id greater than `earlier` (the highest the logs, run dirs and job store
+        show), so that an id is never given twice over the queue's life, even after its database was
+        lost or restored from a backup; True if the ids moved. AUTOINCREMENT alone never reuses an id
+        within one database (sqlite_sequence holds its high-water mark)."""
+        row = self.con.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").fetchone()
+        top = self.con.execute("SELECT max(id) FROM jobs").fetchone()
+        current = max(int(row[0]) if row else 0, int(top[0]) if top and top[0] is not None else 0)
+        if earlier <= current:
+            return False
+        with self.transaction():
+            if row:
+                self.con.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'jobs'", (earlier,))
+            else:
+                self.con.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', ?)", (earlier,))
+        return True
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

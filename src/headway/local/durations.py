@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from headway.local.protocol import MAX_TIME_LIMIT_S
+
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _SUFFIXED = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 
@@ -35,22 +37,31 @@ def slurm_clock_seconds(text: str) -> float:
     return float(int(d or 0) * 86400 + sum(v * k for v, k in zip(fields, scale, strict=True)))
 
 
+MAX_TEXT = 32  # characters of a time limit; a 400-digit one is a typo (or worse), not a time
+
+
 def parse_duration(text: str) -> float:
-    """Seconds. Accepts `30s`, `90m`, `2h`, `1d`, `MM:SS`, `HH:MM:SS`, `D-HH[:MM[:SS]]`, or a bare number
-    of minutes (Slurm's --time convention). Raises ValueError with the accepted forms."""
+    """Seconds, more than 0 and at most a year (`MAX_TIME_LIMIT_S`). Accepts `30s`, `90m`, `2h`, `1d`,
+    `MM:SS`, `HH:MM:SS`, `D-HH[:MM[:SS]]`, or a bare number of minutes (Slurm's --time convention).
+    Raises ValueError in one line: which field is out of range (`25:99`), that it is over a year
+    (`999...9s` was infinity and poisoned the job store), or the accepted forms."""
     t = text.strip().lower()
+    shown = text if len(text) <= MAX_TEXT else text[:20] + f"... ({len(text):,} characters)"
+    forms = "use e.g. 30s, 90m, 2h, 1d, HH:MM:SS, D-HH:MM:SS, or minutes"
+    if len(t) > MAX_TEXT:
+        raise ValueError(f"time {shown!r}: too long; {forms}, at most a year")
     m = _SUFFIXED.match(t)
     if m:
         value = float(m.group(1)) * _UNITS[m.group(2)]
+    elif _CLOCK.match(t):
+        value = slurm_clock_seconds(t)  # its ValueError names the field out of range
     else:
-        try:
-            value = slurm_clock_seconds(t)
-        except ValueError:
-            raise ValueError(
-                f"time {text!r}: use e.g. 30s, 90m, 2h, 1d, HH:MM:SS, D-HH:MM:SS, or minutes"
-            ) from None
+        raise ValueError(f"time {shown!r}: {forms}")
     if value <= 0:
-        raise ValueError(f"time {text!r}: must be more than zero")
+        raise ValueError(f"time {shown!r}: must be more than zero")
+    if not value <= MAX_TIME_LIMIT_S:
+        days = MAX_TIME_LIMIT_S / 86400
+        raise ValueError(f"time {shown!r}: more than a year ({days:.0f} days), the longest time limit")
     return value
 
 

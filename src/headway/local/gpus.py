@@ -15,10 +15,22 @@ class GpuInventory:
     names: tuple[str, ...]  # one per id ("logical" when not from NVML)
     source: str  # "nvml", "logical" or "list"
     note: str = ""
+    uuids: tuple[str, ...] = ()  # NVML's UUID of each device by index (for "nvml"; see devicelock.py)
 
 
 def nvml_gpus() -> tuple[list[str], str]:
     """Names of the GPUs NVML sees, and a note when NVML is unavailable (no driver, no package)."""
+    devices, note = nvml_devices()
+    return [name for name, _ in devices], note
+
+
+def _text(v: object) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def nvml_devices() -> tuple[list[tuple[str, str]], str]:
+    """(name, UUID) of each GPU NVML sees, by index, and a note when NVML is unavailable. The UUID keys
+    the machine-wide lock of the device, so two daemons never hand it out at once."""
     try:
         import pynvml
     except ImportError:
@@ -28,13 +40,20 @@ def nvml_gpus() -> tuple[list[str], str]:
     except pynvml.NVMLError as e:
         return [], f"NVML unavailable ({e})"
     try:
-        names = []
+        found = []
         for i in range(pynvml.nvmlDeviceGetCount()):
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
-            names.append(name.decode() if isinstance(name, bytes) else str(name))
-        return names, ""
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name, uuid = pynvml.nvmlDeviceGetName(handle), pynvml.nvmlDeviceGetUUID(handle)
+            found.append((_text(name), _text(uuid)))
+        return found, ""
     finally:
         pynvml.nvmlShutdown()
+
+
+def device_uuids() -> tuple[str, ...]:
+    """NVML's UUID of each device by index (none without NVML): `--gpus 4` or `--gpus 0,1` on a machine
+    with GPUs hands out real devices, which are locked as such."""
+    return tuple(u for _, u in nvml_devices()[0])
 
 
 MAX_GPUS = 1024  # the largest servers hold 16; a bigger count is a typo (a million logged 6.8 MB)
@@ -44,8 +63,9 @@ def resolve_gpus(spec: str) -> GpuInventory:
     """`auto` (NVML), `N` (N logical GPUs 0..N-1) or `0,1,3` (exactly those indices)."""
     spec = spec.strip()
     if spec == "auto":
-        names, note = nvml_gpus()
-        return GpuInventory(tuple(range(len(names))), tuple(names), "nvml", note)
+        devices, note = nvml_devices()
+        names, uuids = tuple(n for n, _ in devices), tuple(u for _, u in devices)
+        return GpuInventory(tuple(range(len(names))), names, "nvml", note, uuids)
     if spec.isascii() and spec.isdigit():  # not "²", which isdigit() takes and int() refuses
         n = int(spec)
         if n > MAX_GPUS:

@@ -34,14 +34,28 @@ def run_dir(state_dir: Path, job_id: int, attempt: int) -> Path:
     return state_dir / "runs" / f"{job_id}.{attempt}"
 
 
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _write_new(tmp: Path, data: dict[str, Any], fsync: bool) -> None:
+    """Write JSON to `tmp`, never through a link; on failure (a full disk) remove what was written, so
+    that a retry has the room back."""
+    try:
+        with os.fdopen(os.open(tmp, _CREATE, 0o600), "w", encoding="utf-8") as f:
+            json.dump(data, f)
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def write_atomic(path: Path, data: dict[str, Any], *, fsync: bool = True) -> None:
     """Write JSON so a reader sees the old file or the whole new one, never half of it."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-        f.flush()
-        if fsync:
-            os.fsync(f.fileno())
+    _write_new(tmp, data, fsync)
     os.replace(tmp, path)
 
 
@@ -59,10 +73,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
 def try_claim(rdir: Path, data: dict[str, Any]) -> bool:
     """Create `claim` with `data` atomically; False if someone claimed this attempt first."""
     tmp = rdir / f".claim.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
+    _write_new(tmp, data, fsync=True)
     try:
         os.link(tmp, rdir / CLAIM)
         return True
@@ -95,7 +106,7 @@ def inspect(rdir: Path) -> RunView:
     if claim is not None and claim.get("by") == "daemon":
         return RunView("abandoned", claim)
     try:
-        fd = os.open(rdir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(rdir / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except FileNotFoundError:
         return RunView("lost", claim)
     try:

@@ -2,11 +2,17 @@
 
 The store is opened for each batch and closed at once: DuckDB locks its file while a writer has it open,
 and a daemon that held it for good would lock every reader out.
+
+A job is keyed by (source 'local', job id). The queue never gives an id twice (db.StateDB.ids_after), and
+a row never replaces a stored job of the same id with another submit time: that would be another job (a
+queue whose database was lost and started again at 1, or two servers' queues writing one store), and the
+earlier one would be gone without a word.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +22,8 @@ import pyarrow as pa
 from headway.schema import JOB_SCHEMA
 
 SOURCE = "local"
+
+log = logging.getLogger("headway.daemon")
 
 
 def _ts(t: float | None) -> dt.datetime | None:
@@ -48,8 +56,44 @@ def to_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
 
 
 def write_ended(store_path: Path, rows: Sequence[Mapping[str, Any]]) -> int:
-    """Upsert the rows (idempotent: keyed by source and job id) and close the store again."""
+    """Upsert the rows (idempotent: keyed by source and job id) and close the store again. A row whose id
+    the store already holds for a job with another submit time is left out (and logged): it is another
+    job, and the stored one stays."""
     from headway.store import JobStore
 
+    table = to_table(rows)
     with JobStore(store_path) as store:
-        return store.upsert(to_table(rows))
+        store.con.register("_local_incoming", table)
+        try:
+            clash = {
+                str(r[0])
+                for r in store.con.execute(
+                    "SELECT n.job_id FROM _local_incoming n JOIN jobs j "
+                    "ON j.source = n.source AND j.job_id = n.job_id "
+                    "WHERE j.submit_time IS DISTINCT FROM n.submit_time"
+                ).fetchall()
+            }
+        finally:
+            store.con.unregister("_local_incoming")
+        if clash:
+            log.error(
+                "job store %s already holds other jobs under local job id(s) %s: they are kept, and "
+                "these ended jobs stay in the queue's database only",
+                store_path,
+                ", ".join(sorted(clash, key=lambda x: (len(x), x))[:10]),
+            )
+            keep = pa.array([jid not in clash for jid in table.column("job_id").to_pylist()])
+            table = table.filter(keep)
+        return store.upsert(table)
+
+
+def max_local_id(store_path: Path) -> int:
+    """The largest local job id in the job store (0 if none), so that a queue whose database was lost or
+    restored from a backup goes on after it. Raises headway.store.StoreError when it cannot be read."""
+    from headway.store import JobStore
+
+    with JobStore(store_path, read_only=True) as store:
+        row = store.con.execute(
+            "SELECT max(TRY_CAST(job_id AS BIGINT)) FROM jobs WHERE source = ?", [SOURCE]
+        ).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0

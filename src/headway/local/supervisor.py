@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import functools
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -60,7 +62,25 @@ def _unignore_signals() -> None:
 
 
 def _open_log(path: str, uid: int, gid: int) -> int:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    """Open a job's log for appending, as root on its user's behalf: relative to a descriptor of the log
+    directory, never through a link, and only a plain file with one link that is new or already the
+    user's (or root's), before it is given to the user. A log opened through a link a user planted gave
+    them the root file at its end."""
+    directory, name = os.path.split(path)
+    dfd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        dst = os.fstat(dfd)
+        if os.getuid() == 0 and (dst.st_uid != 0 or dst.st_mode & 0o022):  # checked at start; and now
+            raise OSError(errno.EPERM, "a log directory others may write; not used", directory)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(name, flags, 0o600, dir_fd=dfd)  # NONBLOCK: a FIFO there must not hang us
+    finally:
+        os.close(dfd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid not in (uid, os.getuid()):
+        os.close(fd)
+        raise OSError(errno.EPERM, "not a plain log file of the job's user; not used", path)
+    os.set_blocking(fd, True)  # the job's stdout shares the flag
     if os.getuid() == 0 and uid != 0:
         os.fchown(fd, uid, gid)
     return fd
@@ -209,7 +229,9 @@ def _run(spec: dict[str, Any]) -> dict[str, Any]:
         os.close(err)
     pid = proc.pid
     if spec.get("run_dir"):
-        runs.write_atomic(Path(spec["run_dir"]) / runs.JOB, {"pgid": pid}, fsync=False)
+        # Only for cleaning up after a lost supervisor: a full disk here must not fail a running job.
+        with contextlib.suppress(OSError):
+            runs.write_atomic(Path(spec["run_dir"]) / runs.JOB, {"pgid": pid}, fsync=False)
     limit = spec.get("time_limit")
     deadline = start + float(limit) if limit else None
     grace = float(spec.get("grace", 10.0))
@@ -248,7 +270,7 @@ def main(argv: list[str]) -> int:
     if spec is None:
         return 2
     _become_subreaper()
-    lock = os.open(rdir / runs.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    lock = os.open(rdir / runs.LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     fcntl.flock(lock, fcntl.LOCK_EX)  # held until exit: tells the daemon this supervisor is alive
     if not runs.try_claim(rdir, {"by": "supervisor", "pid": os.getpid(), "start_time": time.time()}):
         return 0  # a restarted daemon gave this attempt up before we started: never run it
@@ -257,8 +279,28 @@ def main(argv: list[str]) -> int:
     except Exception as e:  # record something rather than leave the job unexplained
         result = {"state": "FAILED", "exit_code": None, "start_time": None, "end_time": time.time()}
         result["error"] = repr(e)
-    runs.write_atomic(rdir / runs.STATUS, result)
+    _record(rdir, result)
     return 0
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+RECORD_RETRY_MAX_S = 5.0
+
+
+def _record(rdir: Path, result: dict[str, Any]) -> None:
+    """Write the job's end to status.json. While the disk is full (or the quota spent) keep trying, with
+    backoff, and stay alive holding the lock: the daemon then sees a live supervisor, not one that
+    vanished, and the true exit status arrives once there is room (it was recorded FAILED)."""
+    delay = 0.05
+    while True:
+        try:
+            runs.write_atomic(rdir / runs.STATUS, result)
+            return
+        except OSError as e:
+            if e.errno not in DISK_FULL:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2.0, RECORD_RETRY_MAX_S)
 
 
 if __name__ == "__main__":

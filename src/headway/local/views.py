@@ -1,17 +1,32 @@
-"""What clients are shown: job rows for `queue` and `history`, and the story behind `why`."""
+"""What clients are shown: job rows for `queue` and `history` in bounded pages, and the story behind `why`.
+
+Who looks decides what is shown: a job's argv and working directory only to its owner and root (an
+`--api-key=...` in a command line was everyone's to read), its environment to nobody.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from headway.local.core import TOO_BIG, JobState, LocalJob, Plan, QueueCore, RankEntry
-from headway.local.db import StateDB, parse_ids, path_of
+from headway.local.db import ACTIVE, StateDB, parse_ids, path_of
+from headway.local.protocol import (
+    PAGE_BYTES,
+    PAGE_JOBS,
+    HistoryPage,
+    JobRow,
+    QueuePage,
+    RequestError,
+    WhyReply,
+)
 
 RECENT_SECONDS = 24 * 3600  # `queue --all` also lists jobs that ended this recently
+_ENDED = f"state NOT IN ({', '.join(repr(s) for s in ACTIVE)})"
 
 
 def iso(t: float | None) -> str | None:
@@ -20,8 +35,16 @@ def iso(t: float | None) -> str | None:
     return dt.datetime.fromtimestamp(float(t), dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def job_dict(r: sqlite3.Row | dict[str, Any], job: LocalJob | None = None) -> dict[str, Any]:
-    """The client-facing record of a job; the core's copy (if active) is fresher than the row."""
+def sees_all(viewer: int, owner: int) -> bool:
+    """Whether `viewer` (a uid) may see a job's argv and working directory: its owner and root may."""
+    return viewer == 0 or viewer == owner
+
+
+def job_row(
+    r: sqlite3.Row | dict[str, Any], job: LocalJob | None = None, *, viewer: int = 0, rank: int | None = None
+) -> JobRow:
+    """The client-facing record of a job, as `viewer` may see it; the core's copy (if active) is fresher
+    than the row."""
     d = dict(r)
     if job is not None:
         d.update(
@@ -38,31 +61,51 @@ def job_dict(r: sqlite3.Row | dict[str, Any], job: LocalJob | None = None) -> di
     state = JobState(d["state"])
     # A running job told to stop shows Slurm's CG (completing) through its grace period, not R.
     stopping = state.active and state is not JobState.PENDING and bool(d.get("cancel_requested"))
-    return {
-        "id": int(d["id"]),
-        "name": d["name"],
-        "user": d["user"],
-        "state": state.value,
-        "st": "CG" if stopping else state.short,
-        "exit_code": d["exit_code"],
-        "gpus": int(d["gpus"]),
-        "gpu_ids": list(parse_ids(d["gpu_ids"])),
-        "submit_time": iso(d["submit_time"]),
-        "start_time": iso(d["start_time"]),
-        "end_time": iso(d["end_time"]),
-        "time_limit": d["time_limit"],
-        "priority": d["priority"],
-        "after": d["after"],
-        "reason": d["reason"],
-        "p_success": d["p_success"],
-        "pred_runtime": d["pred_runtime"],
-        "command": json.loads(d["argv"]),
-        "cwd": path_of(d["cwd"]),
-        # epoch seconds too, so clients can compute elapsed times without parsing
-        "submit_ts": d["submit_time"],
-        "start_ts": d["start_time"],
-        "end_ts": d["end_time"],
-    }
+    mine = sees_all(viewer, int(d["uid"]))
+    return JobRow(
+        id=int(d["id"]),
+        name=d["name"],
+        user=d["user"],
+        state=state.value,
+        st="CG" if stopping else state.short,
+        exit_code=d["exit_code"],
+        gpus=int(d["gpus"]),
+        gpu_ids=parse_ids(d["gpu_ids"]),
+        submit_time=iso(d["submit_time"]),
+        start_time=iso(d["start_time"]),
+        end_time=iso(d["end_time"]),
+        time_limit=d["time_limit"],
+        priority=d["priority"],
+        after=d["after"],
+        reason=d["reason"],
+        p_success=d["p_success"],
+        pred_runtime=d["pred_runtime"],
+        command=tuple(json.loads(d["argv"])) if mine else None,
+        cwd=path_of(d["cwd"]) if mine else None,
+        submit_ts=d["submit_time"],
+        start_ts=d["start_time"],
+        end_ts=d["end_time"],
+        rank=rank if state is JobState.PENDING else None,
+    )
+
+
+def fill_page(
+    rows: Iterable[JobRow], most: int = PAGE_JOBS, budget: int = PAGE_BYTES
+) -> tuple[list[JobRow], bool]:
+    """Rows until the page holds `most` of them or `budget` bytes of JSON (at least one row), and whether
+    rows were left over. A reply never grows with the queue, however large the commands in it: five
+    14 MB argvs made every user's `queue` fail with "reply from the daemon is too large"."""
+    page: list[JobRow] = []
+    size = 0
+    for row in rows:
+        if len(page) >= most:
+            return page, True
+        n = len(json.dumps(row.to_wire()))
+        if page and size + n > budget:
+            return page, True
+        page.append(row)
+        size += n
+    return page, False
 
 
 class JobViews:
@@ -70,77 +113,118 @@ class JobViews:
         self.db = db
         self.core = core
 
-    def _ranks(self) -> dict[int, RankEntry]:
+    def _places(self) -> dict[int, int]:
+        """Each pending job's place in the last plan's order among the jobs still pending (1 starts
+        next): a job that started since that plan no longer counts ahead of the rest."""
         plan = self.core.last_plan
-        return {e.job_id: e for e in plan.ranking} if plan else {}
+        if plan is None:
+            return {}
+        jobs = self.core.jobs
+        still = (e for e in sorted(plan.ranking, key=lambda e: e.rank) if e.job_id in jobs)
+        pending = (e.job_id for e in still if jobs[e.job_id].state is JobState.PENDING)
+        return {jid: k for k, jid in enumerate(pending, 1)}
 
-    def queue(self, include_ended: bool = False, now: float | None = None) -> list[dict[str, Any]]:
-        """Running jobs first, then pending ones in the order they will start (their rank)."""
-        active = self.core.jobs
-        ranks = self._ranks()
-        rows = self.db.rows(f"id IN ({','.join(str(i) for i in active)})") if active else []
-        out = []
-        for r in rows:
-            d = job_dict(r, active.get(int(r["id"])))
-            e = ranks.get(d["id"])
-            d["rank"] = e.rank if e and d["state"] == "PENDING" else None
-            out.append(d)
-        running = sorted((d for d in out if d["state"] != "PENDING"), key=lambda d: d["id"])
-        pending = sorted(
-            (d for d in out if d["state"] == "PENDING"),
-            key=lambda d: (d["rank"] is None, d["rank"] or 0, d["id"]),
-        )
-        result = running + pending
+    def queue_ids(self, include_ended: bool = False, now: float | None = None) -> list[int]:
+        """Running jobs first (by id), then pending ones in the order they will start (their rank), then
+        (`include_ended`) those ended in the last 24 h. Ids only: the rows are read a page at a time."""
+        places = self._places()
+        active = list(self.core.jobs.values())
+        running = sorted(j.id for j in active if j.state is not JobState.PENDING)
+
+        def order(j: LocalJob) -> tuple[bool, int, int]:
+            place = places.get(j.id)
+            return (place is None, place or 0, j.id)
+
+        pending = [j.id for j in sorted((j for j in active if j.state is JobState.PENDING), key=order)]
+        ids = running + pending
         if include_ended:
             since = (now if now is not None else dt.datetime.now(dt.UTC).timestamp()) - RECENT_SECONDS
-            ended = self.db.rows(
-                "state NOT IN ('PENDING', 'LAUNCHING', 'RUNNING') AND end_time >= ?",
-                (since,),
-                order="end_time",
+            cur = self.db.con.execute(
+                f"SELECT id FROM jobs WHERE {_ENDED} AND end_time >= ? ORDER BY end_time", (since,)
             )
-            result += [{**job_dict(r), "rank": None} for r in ended]
-        return result
+            ids += [int(r[0]) for r in cur]
+        return ids
 
-    def history(self, limit: int = 100, user: str | None = None) -> list[dict[str, Any]]:
-        """Ended jobs, most recent first."""
-        where = "state NOT IN ('PENDING', 'LAUNCHING', 'RUNNING')"
-        params: tuple[Any, ...] = ()
+    def queue_page(
+        self, viewer: int, include_ended: bool = False, cursor: int = 0, now: float | None = None
+    ) -> QueuePage:
+        """One page of the queue from position `cursor`. Pages are read one after another, not as one
+        snapshot: a job that moves up between two of them may show twice (clients keep its first)."""
+        ids = self.queue_ids(include_ended, now)
+        window = ids[cursor : cursor + PAGE_JOBS]
+        places = self._places()
+        active = self.core.jobs
+
+        def rows() -> Iterator[JobRow]:
+            for k in range(0, len(window), 50):  # a few rows at a time: each may hold 128 KiB of argv
+                batch = window[k : k + 50]
+                got = {int(r["id"]): r for r in self.db.rows(f"id IN ({','.join(map(str, batch))})")}
+                for jid in batch:
+                    if (r := got.get(jid)) is not None:
+                        yield job_row(r, active.get(jid), viewer=viewer, rank=places.get(jid))
+
+        page, more = fill_page(rows())
+        end = cursor + window.index(page[-1].id) + 1 if more else cursor + len(window)
+        return QueuePage(tuple(page), self.core.gpu_ids, end if end < len(ids) else None)
+
+    def history_page(
+        self,
+        viewer: int,
+        limit: int = 100,
+        user: str | None = None,
+        cursor: tuple[float, int] | None = None,
+    ) -> HistoryPage:
+        """Ended jobs, most recent first, after `cursor` (the end time and id of the last job of the page
+        before): at most `limit` of them (0: all), and at most one page. The rows are read lazily, so a
+        page of large jobs reads only what it sends."""
+        where = _ENDED
+        params: list[Any] = []
         if user:
             where += " AND user = ?"
-            params = (user,)
-        rows = self.db.rows(where, params, order="end_time DESC, id DESC", limit=limit)
-        return [job_dict(r) for r in rows]
+            params.append(user)
+        if cursor is not None:
+            where += " AND (COALESCE(end_time, 0) < ? OR (COALESCE(end_time, 0) = ? AND id < ?))"
+            params += [cursor[0], cursor[0], cursor[1]]
+        q = f"SELECT * FROM jobs WHERE {where} ORDER BY COALESCE(end_time, 0) DESC, id DESC"
+        if limit:
+            q += f" LIMIT {int(limit)}"
+        cur = self.db.con.execute(q, params)
+        try:
+            page, more = fill_page(
+                (job_row(r, viewer=viewer) for r in cur), most=min(PAGE_JOBS, limit or PAGE_JOBS)
+            )
+        finally:
+            cur.close()
+        last = page[-1] if more and page else None
+        return HistoryPage(tuple(page), (float(last.end_ts or 0.0), last.id) if last else None)
 
-    def why(self, job_id: int, now: float) -> dict[str, Any]:
+    def why(self, viewer: int, job_id: int, now: float) -> WhyReply:
         row = self.db.row(job_id)
         if row is None:
-            from headway.local.daemon import RequestError
-
             raise RequestError(f"no job {job_id}")
         job = self.core.jobs.get(job_id)
-        d = job_dict(row, job)
+        d = job_row(row, job, viewer=viewer)
         plan = self.core.last_plan
-        lines: list[str] = []
-        out: dict[str, Any] = {"job": d, "policy": plan.policy if plan else None}
-        state = JobState(d["state"])
+        lines: list[str] = [f"priority class: {d.priority}"]
+        out: dict[str, Any] = {}
+        state = JobState(d.state)
         if state is JobState.PENDING:
             out.update(self._why_pending(job_id, job, plan, now, lines))
         elif state in (JobState.LAUNCHING, JobState.RUNNING):
-            gpus = f"GPUs {','.join(map(str, d['gpu_ids']))}" if d["gpu_ids"] else "no GPU"
-            lines.append(f"running since {d['start_time'] or 'just now'} on {gpus}")
+            gpus = f"GPUs {','.join(map(str, d.gpu_ids))}" if d.gpu_ids else "no GPU"
+            lines.append(f"running since {d.start_time or 'just now'} on {gpus}")
             out.update(self._why_started(row, lines))
         else:
-            lines.append(
-                f"ended {state.value} at {d['end_time']}" + (f": {d['reason']}" if d["reason"] else "")
-            )
+            lines.append(f"ended {state.value} at {d.end_time}" + (f": {d.reason}" if d.reason else ""))
             out.update(self._why_started(row, lines))
-        if d["p_success"] is not None:
+        if d.p_success is not None:
             lines.append(
-                f"predicted: {100 * d['p_success']:.0f}% chance to complete, "
-                f"median runtime ~{_dur(d['pred_runtime'])} if it does"
+                f"predicted: {100 * d.p_success:.0f}% chance to complete, "
+                f"median runtime ~{_dur(d.pred_runtime)} if it does"
             )
-        out["explanation"] = lines
-        return out
+        if state is JobState.PENDING and out.get("rank") is not None:
+            d = dataclasses.replace(d, rank=out["rank"])
+        return WhyReply(job=d, policy=plan.policy if plan else None, explanation=tuple(lines), **out)
 
     def _why_pending(
         self, job_id: int, job: LocalJob | None, plan: Plan | None, now: float, lines: list[str]
