@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 
-# Compiling the first three gives ~1.45x the simulator's throughput (docs/simulate.md, "Speed"); the
+# Compiling the first three gives ~1.45x the simulator's throughput (CHANGELOG.md, "Performance:
+# simulator"; benchmarks/bench_sim.py measures it); the
 # policies' shared pass (a function: mypyc's dataclasses break the policies' ClassVars) about 5% more.
 NATIVE_MODULES: tuple[str, ...] = (
     "headway.sim.engine",

@@ -42,7 +42,7 @@ CLASS_WEIGHT: dict[str, float] = {"low": 0.5, "normal": 1.0, "high": 2.0, "urgen
 # The starvation bound. While a starved job waits at the head nothing may pass it, so a bound shorter
 # than the queue's usual delays turns impact into strict FIFO: on the Philly replay at load 1.0
 # (weeks-long queues) normal = 1 / 7 / 14 / 30 days gave a mean time-to-success of 734k / 601k / 377k /
-# 258k s (docs/policies.md). Set it to what your users can accept.
+# 258k s (CHANGELOG.md, "Policies"). Set it to what your users can accept.
 CLASS_MAX_WAIT: dict[str, float] = {"low": 60 * DAY, "normal": 30 * DAY, "high": 7 * DAY, "urgent": 1 * DAY}
 
 
@@ -618,7 +618,7 @@ class Impact(Policy):
     fairshare_power: float = 1.0  # fairshare ** power: 1 is Slurm's factor, 0 turns fair share off
     # Which head gets a reservation: "starved" (only a job past max_wait; a normal job that does not
     # fit is skipped) or "head" (DESIGN.md's classic EASY: whatever job first does not fit).
-    # docs/policies.md has the measurements behind the default.
+    # CHANGELOG.md ("Policies") has the measurements behind the default.
     reserve: str = "starved"
     # R in c: "mean" (default), the expected runtime of a log-normal through the predicted runtime
     # (taken as its median) and p90; "point", the predicted runtime itself. Ordering by expected
