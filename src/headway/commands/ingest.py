@@ -424,13 +424,7 @@ def _ingest_all(
                     "error": f"{where}: none of its {res.rows_read:,} rows could be read as a job; nothing "
                     "from it was stored",
                     **_NOTHING_STORED,
-                    "rows_read": res.rows_read,
-                    "bad_rows": res.bad_row_count,
-                    "values_nulled": res.nulled_values,
-                    "missing_fields": res.missing_fields,
-                    "notes": res.notes,
-                    "problems": [p.as_dict(show_bad) for p in res.problems],
-                    "bad_row_examples": [str(b) for b in res.bad_rows[:show_bad]],
+                    **_what_was_read(res, show_bad),
                 }
             )
             continue
@@ -500,21 +494,28 @@ def _ingest_all(
                 "path": label,
                 "format": res.format,
                 "source": src,
-                "rows_read": res.rows_read,
                 "jobs_stored": stored,
                 "jobs_added": store.last_added,
                 "jobs_updated": store.last_updated,
                 "kept_ended": store.last_kept_ended,
                 "kept_values": store.last_kept_values,
-                "bad_rows": res.bad_row_count,
-                "values_nulled": res.nulled_values,
-                "missing_fields": res.missing_fields,
-                "notes": res.notes,
-                "problems": [p.as_dict(show_bad) for p in res.problems],
-                "bad_row_examples": [str(b) for b in res.bad_rows[:show_bad]],
+                **_what_was_read(res, show_bad),
             }
         )
     return summary
+
+
+def _what_was_read(res: ReadResult, show_bad: int) -> dict[str, object]:
+    """A file's summary entry as far as its reader tells it (rows, problems, notes)."""
+    return {
+        "rows_read": res.rows_read,
+        "bad_rows": res.bad_row_count,
+        "values_nulled": res.nulled_values,
+        "missing_fields": res.missing_fields,
+        "notes": res.notes,
+        "problems": [p.as_dict(show_bad) for p in res.problems],
+        "bad_row_examples": [str(b) for b in res.bad_rows[:show_bad]],
+    }
 
 
 def _unreadable(path: Path) -> str | None:
