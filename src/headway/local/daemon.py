@@ -1,5 +1,11 @@
 """The daemon's I/O layer: socket, SQLite, supervisors, job store. All state changes go through QueueCore.
 
+`Daemon` keeps the loop, the state, start-up (`open`, `recover`), committing a core step (`_apply`) and the
+dispatch of requests to the verbs; its parts live in modules of their own, which it owns and calls:
+launch.py (starting and signalling jobs' supervisors), store_flush.py (ended jobs into the DuckDB job
+store), predictor_host.py (building, feeding and retraining the predictor in a thread), server.py (the
+connection caps, peer credentials and the bad-request log), verbs/ (one module per request).
+
 One thread runs an asyncio loop. Each request is handled to the end (core event, SQLite commit, reply)
 without awaiting in between, so requests never interleave. A watcher task polls the run directories of
 launched jobs, feeds what it finds to the core, runs a scheduling pass and carries out the instructions.
@@ -12,17 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import sqlite3
-import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +49,8 @@ from headway.local.core import (
     Terminate,
     Tick,
 )
-from headway.local.db import DatabaseRefused, StateDB, check_file, path_of
+from headway.local.db import DatabaseRefused, StateDB, check_file
+from headway.local.launch import Launcher
 from headway.local.paths import (
     DAEMON_LOCK,
     DAEMON_LOG,
@@ -55,11 +58,11 @@ from headway.local.paths import (
     MODEL_FILE,
     SOCKET,
     STATE_DB,
-    log_paths,
     register_shared,
     socket_address,
     socket_path,
 )
+from headway.local.predictor_host import PredictorHost
 from headway.local.protocol import (
     MAX_REQUEST_BYTES,
     REQUEST_TIMEOUT_S,
@@ -72,6 +75,7 @@ from headway.local.protocol import (
     wire,
 )
 from headway.local.server import Caller, ConnectionGate, PeerLog, peer, raise_fd_limit
+from headway.local.store_flush import StoreFlush
 from headway.local.verbs import answer
 from headway.local.views import JobViews
 
@@ -99,11 +103,6 @@ REPLY_TIMEOUT_S = 10.0  # a client that does not read its reply (at most a page)
 # Connections the kernel holds before the daemon accepts them: they cost the daemon nothing, and a full
 # queue makes other users' clients wait (client.py), so as many as the kernel allows (net.core.somaxconn).
 LISTEN_BACKLOG = socket.SOMAXCONN
-# Writing ended jobs into the DuckDB store while another process holds it: retry after 1, 2, 4 ... 60 s,
-# and warn once per 10 minutes of failing.
-STORE_RETRY_MIN_S = 1.0
-STORE_RETRY_MAX_S = 60.0
-STORE_WARN_EVERY_S = 600.0
 
 
 class DaemonError(RuntimeError):
@@ -139,36 +138,6 @@ class DaemonConfig:
         return self.store_path or (self.state_dir / JOB_STORE)
 
 
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except ProcessLookupError:
-        return None
-
-
-def write_storable(store: Path, rows: list[dict[str, Any]]) -> dict[int, str]:
-    """Write the ended jobs to the job store, all but those that cannot be converted to its schema
-    (returned, with why): one row with an infinite time limit failed every batch, forever, and 17 of 23
-    ended jobs never reached the store. Runs in a thread (pyarrow, DuckDB)."""
-    from headway.local.store_sync import to_table, write_ended
-
-    bad: dict[int, str] = {}
-    try:
-        to_table(rows)
-        good = rows
-    except Exception:
-        good = []
-        for r in rows:
-            try:
-                to_table([r])
-                good.append(r)
-            except Exception as e:
-                bad[int(r["id"])] = f"{type(e).__name__}: {e}"
-    if good:
-        write_ended(store, good)
-    return bad
-
-
 class Daemon:
     def __init__(
         self,
@@ -180,20 +149,14 @@ class Daemon:
         self.cfg = cfg
         self.state_dir = cfg.state_dir
         self.core = QueueCore(cfg.gpu_ids, planner)
-        self.predictor = predictor  # headway.predict.api.OnlinePredictor, or None
-        # Building the predictor (imports, reading the store, training) runs in a thread after the
-        # socket is up; until it is ready, nothing is started, so the order never misses predictions.
-        self.predictor_factory = predictor_factory
-        self._loading: asyncio.Future[Any] | None = None
-        self._loading_since = 0.0
-        self._loading_kind = "load"
-        self._ended_while_loading: list[LocalJob] = []
-        self._gave_up_waiting = False
+        # The predictor is built in a thread after the socket is up; until it is ready, nothing is
+        # started, so the order never misses predictions (predictor_host.py).
+        self.predictors = PredictorHost(predictor, predictor_factory, cfg.state_dir / MODEL_FILE, time.time())
         self.db: StateDB | None = None
         self.views: JobViews | None = None
-        self.children: dict[tuple[int, int], subprocess.Popen[bytes]] = {}
+        self.launcher = Launcher(cfg.state_dir, cfg.grace)  # the jobs' supervisors (launch.py)
+        self.store_flush = StoreFlush(cfg.store, self._db)  # ended jobs into the store (store_flush.py)
         self.wake = asyncio.Event()
-        self._last_retrain = time.time()
         self.dirty = True
         self.last_tick = 0.0
         self.stopping = False
@@ -206,6 +169,36 @@ class Daemon:
         self._connections: set[asyncio.Task[None]] = set()
         self.peer_log = PeerLog(log)
         self.classes = ClassPolicyFile(cfg.state_dir / CLASSES_FILE, self.my_uid)
+
+    # The predictor's state (predictor_host.py), read and set on the daemon by tests.
+
+    @property
+    def predictor(self) -> Any:
+        return self.predictors.predictor
+
+    @property
+    def _loading(self) -> asyncio.Future[Any] | None:
+        return self.predictors.loading
+
+    @_loading.setter
+    def _loading(self, fut: asyncio.Future[Any] | None) -> None:
+        self.predictors.loading = fut
+
+    @property
+    def _loading_kind(self) -> str:
+        return self.predictors.loading_kind
+
+    @_loading_kind.setter
+    def _loading_kind(self, kind: str) -> None:
+        self.predictors.loading_kind = kind
+
+    @property
+    def _loading_since(self) -> float:
+        return self.predictors.loading_since
+
+    @_loading_since.setter
+    def _loading_since(self, since: float) -> None:
+        self.predictors.loading_since = since
 
     # ---------- start-up ----------
 
@@ -379,32 +372,9 @@ class Daemon:
                 )
             )
         elif view.kind == "lost":
-            self._kill_orphans(job)
+            self.launcher.kill_orphans(job)
             out.append(Lost(job.id, job.attempt, time.time()))
         return out
-
-    def _kill_orphans(self, job: LocalJob) -> None:
-        """A lost supervisor may leave its job running: kill the job's process group before its GPUs
-        go to another job."""
-        rdir = runs.run_dir(self.state_dir, job.id, job.attempt)
-        info = runs.read_json(rdir / runs.JOB)
-        token = ((runs.read_json(rdir / runs.SPEC) or {}).get("env") or {}).get(runs.RUN_TOKEN_VAR)
-        pids = runs.tagged_pids(token) if isinstance(token, str) and token else None
-        if info and info.get("pgid"):
-            pgid = int(info["pgid"])
-            # After a reboot the number may be another group's: with a token, kill the group only if
-            # one of the job's own processes is in it.
-            if pids is None or any(_pgid(p) == pgid for p in pids):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pgid, signal.SIGKILL)
-                    log.warning("job %d: its supervisor was lost; killed its process group", job.id)
-        # Processes that left the group (setsid, a double fork) lost their subreaper with the supervisor:
-        # they are found by the token in their environment.
-        if pids:
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            log.warning("job %d: killed %d of its processes that outlived its supervisor", job.id, len(pids))
 
     def _db(self) -> StateDB:
         assert self.db is not None, "Daemon.open() first"
@@ -440,7 +410,7 @@ class Daemon:
                 self._terminate(ins)
             elif isinstance(ins, Record):
                 self._observe(ins.job)
-                self._forget_runs(ins.job.id)
+                self.launcher.forget_runs(ins.job.id)
 
     def _resync(self) -> None:
         """After a failed commit (a full disk, a locked file) the core is ahead of the database: load it
@@ -458,89 +428,20 @@ class Daemon:
         self.dirty = True
 
     def _launch(self, ins: Launch) -> None:
-        db = self._db()
-        row = db.row(ins.job_id)
+        row = self._db().row(ins.job_id)
         assert row is not None
-        rdir = runs.run_dir(self.state_dir, ins.job_id, ins.attempt)
-        rdir.mkdir(parents=True, exist_ok=True)
-        out, err = log_paths(self.state_dir, ins.job_id)
-        env = json.loads(row["env"])
-        cuda = ",".join(str(g) for g in ins.gpu_ids)
-        env.update(
-            CUDA_VISIBLE_DEVICES=cuda,
-            CUDA_DEVICE_ORDER="PCI_BUS_ID",
-            HEADWAY_JOB_ID=str(ins.job_id),
-            HEADWAY_GPU_IDS=cuda,
-        )
-        env[runs.RUN_TOKEN_VAR] = uuid.uuid4().hex
-        spec = {
-            "job_id": ins.job_id,
-            "attempt": ins.attempt,
-            "argv": json.loads(row["argv"]),
-            "cwd": path_of(row["cwd"]),
-            "env": env,
-            "uid": row["uid"],
-            "gid": row["gid"],
-            "groups": json.loads(row["groups"]),
-            "time_limit": row["time_limit"],
-            "grace": self.cfg.grace,
-            "umask": self.job_umask,
-            "stdout": str(out),
-            "stderr": str(err),
-            "run_dir": str(rdir),
-        }
-        runs.write_atomic(rdir / runs.SPEC, spec, fsync=False)
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "headway.local.supervisor", str(rdir)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-                close_fds=True,
-            )
-        except OSError as e:
-            log.error("job %d: cannot start its supervisor: %s", ins.job_id, e)
-            return  # the watcher sees an unclaimed run with no live child and requeues it
-        self.children[(ins.job_id, ins.attempt)] = proc
-        log.info("job %d: launched attempt %d on GPUs %s", ins.job_id, ins.attempt, cuda or "none")
+        self.launcher.launch(ins, row, self.job_umask)
 
     def _terminate(self, ins: Terminate) -> None:
-        rdir = runs.run_dir(self.state_dir, ins.job_id, ins.attempt)
-        rdir.mkdir(parents=True, exist_ok=True)
-        if runs.try_claim(rdir, {"by": "daemon", "time": time.time(), "why": "cancelled"}):
-            self._apply(self.core.handle(Abandoned(ins.job_id, ins.attempt)))  # never started
-            return
-        view = runs.inspect(rdir)
-        if view.kind == "running" and view.claim:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(view.claim["pid"]), signal.SIGTERM)
-                log.info("job %d: asked its supervisor to cancel it", ins.job_id)
-
-    def _forget_runs(self, job_id: int) -> None:
-        """An ended job's run directories are no longer needed: its end is committed to SQLite."""
-        for rdir in (self.state_dir / "runs").glob(f"{job_id}.*"):
-            shutil.rmtree(rdir, ignore_errors=True)
+        if self.launcher.terminate(ins):  # claimed before its supervisor did: it never started
+            self._apply(self.core.handle(Abandoned(ins.job_id, ins.attempt)))
 
     def _observe(self, job: LocalJob) -> None:
         log.info("job %d ended %s (exit %s)", job.id, job.state, job.exit_code)
         book = getattr(self.core.planner, "book", None)
         if book is not None and job.end_time is not None:
             book.add(job.user, job.name, job.state.value, float(job.gpus), job.start_time, job.end_time)
-        if self._loading is not None:
-            self._ended_while_loading.append(job)
-            return
-        self._feed_predictor(job)
-
-    def _feed_predictor(self, job: LocalJob) -> None:
-        if self.predictor is None or job.start_time is None:
-            return
-        from headway.local.ordering import ended_for_predictor
-
-        try:
-            self.predictor.observe_end(ended_for_predictor(job))
-        except Exception:  # the predictor must never take the queue down
-            log.exception("predictor.observe_end failed")
+        self.predictors.observe_end(job)
 
     # ---------- the watcher ----------
 
@@ -554,8 +455,7 @@ class Daemon:
             rdir = runs.run_dir(self.state_dir, *key)
             view = runs.inspect(rdir)
             if view.kind == "unclaimed":
-                child = self.children.get(key)
-                if child is None or child.poll() is not None:  # its supervisor never came up
+                if self.launcher.supervisor_gone(key):  # its supervisor never came up
                     rdir.mkdir(parents=True, exist_ok=True)  # a launch that failed before writing it
                     if runs.try_claim(rdir, {"by": "daemon", "time": time.time()}):
                         events.append(Abandoned(*key))
@@ -566,51 +466,19 @@ class Daemon:
             if view.kind == "running" and job.state is JobState.RUNNING:
                 continue
             events.extend(self._events_for(job, view))
-        for key, child in list(self.children.items()):
-            if child.poll() is not None:
-                del self.children[key]
+        self.launcher.reap()
         if events:
             self._apply(self.core.handle(*events))
 
     def predict_new(self, now: float, refresh: bool = False) -> None:
         """Predictions for pending jobs that have none yet, or all of them after a retrain (one call)."""
-        if self.predictor is None:
-            return
-        todo = [
-            j
-            for j in self.core.jobs.values()
-            if j.state is JobState.PENDING and (refresh or j.p_success is None)
-        ]
-        if not todo:
-            return
-        from headway.local.ordering import predicted_events
-
-        try:
-            events = predicted_events(self.predictor, todo, now)
-        except Exception:
-            log.exception("prediction failed; ranking without it")
-            return
-        self._apply(self.core.handle(*events))
+        events = self.predictors.predictions(self.core.jobs.values(), now, refresh)
+        if events:
+            self._apply(self.core.handle(*events))
 
     def retrain(self, now: float) -> None:
-        """Let the predictor retrain (in a thread) when it is due; the new model is saved in the state dir.
-
-        While the predictor is busy, requests are served but nothing is started, so no job is ordered
-        without its prediction; ends seen meanwhile are fed to it afterwards."""
-        self._last_retrain = now
-        if self.predictor is None or self._loading is not None:
-            return
-        self._loading_kind = "retrain"
-        self._loading_since = now
-        self._loading = asyncio.get_running_loop().run_in_executor(None, self._retrain_job, now)
-
-    def _retrain_job(self, now: float) -> bool:
-        if not self.predictor.maybe_retrain(now):
-            return False
-        model = getattr(self.predictor, "model", None)
-        if model is not None and hasattr(model, "save"):
-            model.save(self.state_dir / MODEL_FILE)
-        return True
+        """Let the predictor retrain in a thread (predictor_host.py); nothing starts until it is done."""
+        self.predictors.retrain(now)
 
     def schedule(self, now: float) -> None:
         self.predict_new(now)
@@ -624,36 +492,13 @@ class Daemon:
         self.wake.clear()
 
     def _predictor_ready(self, now: float) -> bool:
-        """Swap in the predictor once its thread is done (or give up waiting after a minute)."""
-        fut = self._loading
-        assert fut is not None
-        if not fut.done():
-            if now - self._loading_since < 60.0:
-                return False
-            if not self._gave_up_waiting:
-                log.warning("the predictor is still loading after 60 s; scheduling without it meanwhile")
-                self._gave_up_waiting = True
-            return True
-        self._loading = None
-        try:
-            result = fut.result()
-        except Exception:
-            log.exception("predictor %s failed; carrying on without it", self._loading_kind)
-            result = None
-        if self._loading_kind == "load":
-            self.predictor = result
-            log.info("predictor ready (%.1f s)", now - self._loading_since)
-        elif result:
-            log.info(
-                "predictor retrained (%.1f s); refreshing pending jobs' predictions",
-                now - self._loading_since,
-            )
-        for job in self._ended_while_loading:  # logged and booked when they ended: only the predictor
-            self._feed_predictor(job)
-        self._ended_while_loading.clear()
-        self.predict_new(now, refresh=True)
-        self.dirty = True
-        return True
+        """Whether scheduling may go on: the predictor's thread is done (then the pending jobs'
+        predictions are refreshed), or it has been busy for too long."""
+        settled = self.predictors.settle(now)
+        if settled == "done":
+            self.predict_new(now, refresh=True)
+            self.dirty = True
+        return settled != "busy"
 
     _pass_failures = 0
     _pass_logged = 0.0
@@ -663,7 +508,7 @@ class Daemon:
             try:
                 self.poll_runs()
                 now = time.time()
-                if self._loading is not None and not self._predictor_ready(now):
+                if self.predictors.loading is not None and not self._predictor_ready(now):
                     await self._pause()
                     continue
                 plan = self.core.last_plan
@@ -674,7 +519,7 @@ class Daemon:
                 if (self.dirty and due) or wake or now - self.last_tick > 5.0:
                     self.schedule(now)
                 self.flush_store_soon()
-                if now - self._last_retrain > 60.0:
+                if self.predictors.retrain_due(now):
                     self.retrain(now)
                 self._pass_failures = 0
             except Exception:
@@ -692,68 +537,14 @@ class Daemon:
 
     # ---------- the job store (DuckDB) ----------
 
-    _flush_task: asyncio.Task[None] | None = None
-    _last_flush: float = 0.0
-    _flush_delay: float = STORE_RETRY_MIN_S  # doubles while the store cannot be written
-    _flush_failing_since: float | None = None
-    _flush_warned: float = 0.0
-
     def flush_store_soon(self) -> None:
-        if self._flush_task is not None and not self._flush_task.done():
-            return
-        if self._loading is not None and self._loading_kind == "load":
-            return  # the predictor's thread is reading the store; write after it
-        if time.time() - self._last_flush < self._flush_delay:
-            return
-        rows = self._db().unstored()
-        if not rows:
-            return
-        self._last_flush = time.time()
-        self._flush_task = asyncio.get_running_loop().create_task(self._flush([dict(r) for r in rows]))
-
-    async def _flush(self, rows: list[dict[str, Any]]) -> None:
-        try:
-            bad = await asyncio.to_thread(write_storable, self.cfg.store, rows)
-        except Exception as e:  # locked by a reader, disk full: keep them unstored and retry later
-            # Backing off, and one warning per STORE_WARN_EVERY_S: a reader holding the store for an hour
-            # wrote a line a second before.
-            now = time.time()
-            self._flush_delay = min(self._flush_delay * 2.0, STORE_RETRY_MAX_S)
-            if self._flush_failing_since is None:
-                self._flush_failing_since = now
-            if now - self._flush_warned >= STORE_WARN_EVERY_S:
-                self._flush_warned = now
-                log.warning(
-                    "job store %s not written yet (%s); %d ended job(s) stay in the queue's database, "
-                    "retrying every %.0f s or less",
-                    self.cfg.store,
-                    e,
-                    len(rows),
-                    STORE_RETRY_MAX_S,
-                )
-            return
-        self._mark_flushed(rows, bad)
-        if self._flush_failing_since is not None:
-            log.info(
-                "job store %s written again after %.0f s",
-                self.cfg.store,
-                time.time() - self._flush_failing_since,
-            )
-        self._flush_delay, self._flush_failing_since, self._flush_warned = STORE_RETRY_MIN_S, None, 0.0
+        """Write ended jobs into the job store in a thread (store_flush.py), but not while the predictor's
+        thread reads the store: after it."""
+        if not self.predictors.reading_store:
+            self.store_flush.soon()
 
     def flush_store_now(self) -> None:
-        rows = [dict(r) for r in self._db().unstored(limit=100_000)]
-        if rows:
-            self._mark_flushed(rows, write_storable(self.cfg.store, rows))
-
-    def _mark_flushed(self, rows: list[dict[str, Any]], bad: dict[int, str]) -> None:
-        """Mark the written rows stored, and the rows that cannot be (`bad`) as such (`stored = -1`),
-        each with one log line: they stay in the queue's database and history, and are not retried."""
-        for jid, why in bad.items():
-            log.error("job %d cannot be written to the job store (%s); skipped, not retried", jid, why)
-        with self._db().transaction() as con:
-            self._db().mark_stored([int(r["id"]) for r in rows if int(r["id"]) not in bad])
-            con.executemany("UPDATE jobs SET stored = -1 WHERE id = ?", [(jid,) for jid in bad])
+        self.store_flush.now()
 
     # ---------- the socket ----------
 
@@ -785,10 +576,7 @@ class Daemon:
             self.cfg.policy,
             path,
         )
-        if self.predictor_factory is not None:
-            self._loading_since = time.time()
-            self._loading_kind = "load"
-            self._loading = loop.run_in_executor(None, self.predictor_factory)
+        self.predictors.start_loading(loop, time.time())
         watcher = loop.create_task(self.watch())
         acceptor = loop.create_task(self._accept(listener))
         while not self.stopping:
@@ -798,8 +586,7 @@ class Daemon:
             await acceptor
         listener.close()
         await watcher
-        if self._flush_task is not None:
-            await self._flush_task
+        await self.store_flush.wait()
         with contextlib.suppress(Exception):
             self.flush_store_now()
         with contextlib.suppress(FileNotFoundError):

@@ -25,7 +25,7 @@ def ping(d: Daemon, caller: Caller, req: Ping) -> PingReply:
         store=str(d.cfg.store),
         note=d.cfg.gpu_note,
         you=caller.uid,
-        ready=not (d._loading is not None and d._loading_kind == "load"),
+        ready=not d.predictors.reading_store,
     )
 
 
