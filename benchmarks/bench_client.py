@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -22,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from headway.local.client import ClientError, request
+from bench_submit import bench_daemon
+from headway.local.client import request
 
 HEADWAY = str(Path(sys.executable).with_name("headway"))
 
@@ -36,32 +36,13 @@ def _time(cmd: list[str], env: dict[str, str]) -> float:
     return took
 
 
-def _wait_ready(state: Path, daemon: subprocess.Popen[bytes]) -> None:
-    deadline = time.time() + 60
-    while True:
-        try:
-            if request(state, {"op": "ping"}, timeout=5)["ready"]:
-                return
-        except ClientError:
-            if time.time() > deadline or daemon.poll() is not None:
-                raise SystemExit("daemon did not start") from None
-            time.sleep(0.1)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20)
     a = ap.parse_args()
     state = Path(tempfile.mkdtemp(prefix="headway-bench-")) / "state"
     env = {**os.environ, "HEADWAY_STATE_DIR": str(state)}
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "headway.cli", "daemon", "--gpus", "1", "--quiet", "--grace", "1"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        _wait_ready(state, daemon)
+    with bench_daemon(state, "--gpus", "1", env=env):
         subprocess.run(
             [HEADWAY, "submit", "--gpus", "1", "--", "sleep", "600"],
             env=env,
@@ -93,17 +74,6 @@ def main() -> None:
             }
             print(f"{name:>15}: median {1000 * med:6.1f} ms  ({med / base:4.1f}x python -c pass)")
         print(json.dumps(res))
-    finally:
-        try:  # jobs outlive their daemon by design: cancel what is left
-            for j in request(state, {"op": "queue"})["jobs"]:
-                request(state, {"op": "cancel", "id": j["id"]})
-        except ClientError:
-            pass
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
 
 
 if __name__ == "__main__":

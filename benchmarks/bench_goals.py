@@ -116,8 +116,8 @@ def predict_goals(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _headway(args: Sequence[str]) -> dict[str, Any]:
-    """Run the `headway` command in this interpreter and read its --json."""
+def headway_json(args: Sequence[str]) -> dict[str, Any]:
+    """Run the `headway` command in this interpreter and read its --json (docs_figures.py uses it too)."""
     proc = subprocess.run(
         [sys.executable, "-c", "from headway.cli import main; main()", *args],
         capture_output=True,
@@ -158,7 +158,7 @@ def main() -> None:
         ]
         if a.load != "natural":
             args += ["--load", a.load]
-        doc = _headway([*args, "--json"])
+        doc = headway_json([*args, "--json"])
         out["simulate_s"] = time.perf_counter() - t0
         out["simulate"] = simulate_goals(doc)
         print(f"simulate ({out['simulate_s']:.0f} s; {doc['cluster']['description']}, load {a.load}):")
@@ -167,8 +167,8 @@ def main() -> None:
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="headway-bench-goals-") as tmp:
             db = str(Path(tmp) / "jobs.duckdb")
-            _headway(["ingest", str(a.trace), "--db", db, "--json"])
-            report = _headway(["predict", "evaluate", "--db", db, "--json"])
+            headway_json(["ingest", str(a.trace), "--db", db, "--json"])
+            report = headway_json(["predict", "evaluate", "--db", db, "--json"])
         out["predict_s"] = time.perf_counter() - t0
         out["predict"] = predict_goals(report)
         floor = ((report.get("noise") or {}).get("by_user_day") or {}).get("ece_floor")

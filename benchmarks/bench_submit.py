@@ -20,7 +20,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from headway.local.client import ClientError, pages, request
@@ -40,16 +42,25 @@ def _client(args: tuple[str, int, int]) -> list[tuple[int, float]]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=1000)
-    ap.add_argument("--clients", type=int, default=8)
-    ap.add_argument("--policy", default="impact")
-    a = ap.parse_args()
-    state = Path(tempfile.mkdtemp(prefix="headway-bench-")) / "state"
-    cmd = [sys.executable, "-m", "headway.cli", "daemon", "--gpus", "4", "--quiet", "--grace", "1"]
-    cmd += ["--state-dir", str(state), "--policy", a.policy]
-    daemon = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+@contextmanager
+def bench_daemon(
+    state: Path, *args: str, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`headway daemon --quiet --grace 1 ARGS` on `state`, ready (its predictor loaded); on leaving, the
+    jobs left are cancelled (they outlive their daemon by design: pending first, running last) and the
+    daemon stopped. bench_client.py uses it too."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "headway.cli",
+        "daemon",
+        "--quiet",
+        "--grace",
+        "1",
+        "--state-dir",
+        str(state),
+    ]
+    daemon = subprocess.Popen([*cmd, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 60
         while True:
@@ -60,6 +71,31 @@ def main() -> None:
                 if time.time() > deadline or daemon.poll() is not None:
                     raise SystemExit("daemon did not start") from None
                 time.sleep(0.1)
+        yield daemon
+    finally:
+        try:
+            for j in reversed([j for page in pages(state, {"op": "queue"}) for j in page["jobs"]]):
+                request(state, {"op": "cancel", "id": j["id"]})
+            deadline = time.time() + 15
+            while time.time() < deadline and request(state, {"op": "queue"})["jobs"]:
+                time.sleep(0.1)
+        except ClientError:
+            pass
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=1000)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--policy", default="impact")
+    a = ap.parse_args()
+    state = Path(tempfile.mkdtemp(prefix="headway-bench-")) / "state"
+    with bench_daemon(state, "--gpus", "4", "--policy", a.policy):
         env = {"PATH": "/usr/bin:/bin"}
         blocker = request(
             state, {"op": "submit", "argv": ["sleep", "600"], "cwd": "/", "env": env, "gpus": 4}
@@ -107,20 +143,6 @@ def main() -> None:
         print(json.dumps(res))
         if res["accepted"] != a.jobs or res["recorded"] != a.jobs:
             raise SystemExit("some submissions were lost")
-    finally:
-        try:  # jobs outlive their daemon by design: cancel the queue (pending first, the blocker last)
-            for j in reversed([j for page in pages(state, {"op": "queue"}) for j in page["jobs"]]):
-                request(state, {"op": "cancel", "id": j["id"]})
-            deadline = time.time() + 15
-            while time.time() < deadline and request(state, {"op": "queue"})["jobs"]:
-                time.sleep(0.1)
-        except ClientError:
-            pass
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
 
 
 if __name__ == "__main__":

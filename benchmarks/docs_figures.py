@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench_goals import headway_json
 from headway.data import sample_path
 
 POLICIES = "fifo,multifactor,qssf,las,impact,sjf-oracle,impact-oracle,fifo-skip"
@@ -43,19 +43,9 @@ LOADS = ("natural", "1.0")
 
 
 def _headway(args: Sequence[str]) -> dict[str, Any]:
-    """Run the `headway` command in this interpreter and read its --json."""
+    """bench_goals' runner, with how long each command took on stderr."""
     t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-c", "from headway.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(
-            f"headway {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}"
-        )
-    doc: dict[str, Any] = json.loads(proc.stdout)
+    doc = headway_json(args)
     print(f"  headway {' '.join(args)}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return doc
 
