@@ -133,6 +133,19 @@ def test_a_gang_no_rack_holds_spans_no_more_nodes_or_racks_than_the_fullest_node
     assert len(set(rack[list(new.nodes)].tolist())) <= len(set(rack[list(old.nodes)].tolist()))
 
 
+def test_a_gang_no_rack_holds_takes_the_racks_of_the_fullest_nodes_when_greedy_racks_would_be_more() -> None:
+    """Found by the property above (seed 7, 32 nodes of 8, 7 racks, a 32-GPU gang): taking racks by
+    their k fullest nodes needed 4 racks where the 5 fullest nodes anywhere lie in 3."""
+    seed, nodes, gpn, n_racks, g, busy = 7, 32, 8, 7, 32, 0.4375
+    rng = np.random.default_rng(seed)
+    free = rng.binomial(gpn, 1.0 - busy, nodes).astype(np.int64)
+    rack = rng.permutation((np.arange(nodes) * n_racks // nodes).astype(np.int64))
+    new, old = _topology(free, rack, int(rack.max()) + 1, g, nodes), fullest_anywhere(free, g, nodes)
+    assert new is not None and old is not None and sum(new.counts) == g
+    assert len(new.nodes) == len(old.nodes) == 5
+    assert len(set(rack[list(new.nodes)].tolist())) == len(set(rack[list(old.nodes)].tolist())) == 3
+
+
 def test_a_gang_of_two_racks_is_not_spread_over_three() -> None:
     """9 nodes of 8 GPUs, 3 racks of 3; a 32-GPU gang needs 4 nodes: rack 2's three free nodes and one of
     rack 1's, not the fullest nodes wherever they are (nodes 0, 4, 5 and 6: three racks)."""

@@ -228,6 +228,12 @@ def _spread(
             if sum(pool) >= g:
                 break
         fl = free_l
+        # Taking racks greedily can need more racks than the k fullest nodes anywhere happen to lie in;
+        # then those racks are the set (their k fullest nodes hold the gang by construction).
+        fullest = sorted(range(len(fl)), key=lambda n: (-fl[n], n))[:k]
+        theirs = sorted({int(rack[n]) for n in fullest})
+        if len(theirs) < len(picked):
+            picked = theirs
         nodes = sorted((n for r in picked for n in members[r]), key=lambda n: (-fl[n], n))
     assert free_l is not None  # made above with `nodes`; the same counts as `free`, read as a list
     chosen = nodes[: k - 1]
