@@ -4,8 +4,7 @@
 
 Prints jobs/s, events, passes and peak memory, then one JSON line. The predictor is a causal
 rolling mean per user (O(1) per call) unless --predictor online asks for the project's predictor.
-Target (issue 4): 1M jobs on 1,024 x 8 GPUs under impact in <= 50 s on one core (>= 20k jobs/s).
-`make bench` runs it on the compiled build (`make native`); "build" in the output says which ran.
+Goal (issue 24): 1M jobs on 1,024 x 8 GPUs under impact in <= 60 s on one core, in plain Python.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import psutil
 
-from headway._native import build_name
 from headway.predict.api import EndedJob, Predictions, SubmittedJob
 from headway.sim.cluster import ClusterSpec
 from headway.sim.engine import EngineOptions
@@ -77,11 +75,6 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--predictor", choices=("mean", "online"), default="mean")
     ap.add_argument("--profile", action="store_true", help="run under cProfile and print the top entries")
-    ap.add_argument(
-        "--full-passes",
-        action="store_true",
-        help="no shortcut for a queue of one job that fits (EngineOptions.single_fast off): same results",
-    )
     a = ap.parse_args()
 
     from headway.sim.synth import generate
@@ -91,7 +84,7 @@ def main() -> None:
     t_gen = time.perf_counter() - t0
     spec = ClusterSpec.from_flags(a.nodes, a.gpus_per_node, 8)
     factory = UserMeanPredictor if a.predictor == "mean" else default_predictor_factory
-    opts = EngineOptions(single_fast=not a.full_passes)
+    opts = EngineOptions()
     proc = psutil.Process()
     rss0 = proc.memory_info().rss
     t1 = time.perf_counter()
@@ -143,16 +136,12 @@ def main() -> None:
         "generate_s": round(t_gen, 2),
         "rss_mb": round(rss / 2**20),
         "rss_growth_mb": round((rss - rss0) / 2**20),
-        # The process's peak (Linux reports KiB): the compiled run frees its working set at the next
-        # garbage collection rather than on return, so RSS just after the run overstates what it holds.
+        # The process's peak (Linux reports KiB).
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "predictor": a.predictor,
-        "full_passes": a.full_passes,
-        "build": build_name(),
     }
     gpus = int(res.capacity_gpus)
     print(f"{n:,} jobs under {a.policy} ({res.placement}) on {gpus:,} GPUs at load {res.load:.2f}")
-    print(f"  build: {out['build']} (`make native` compiles the simulator; see src/headway/_native.py)")
     print(f"  {wall:.1f} s wall ({cpu:.1f} s CPU), {n / wall:,.0f} jobs/s ({n / cpu:,.0f} per CPU-second)")
     print(f"  {res.events:,} events, {res.passes:,} scheduling passes; machine load {out['load_avg_1m']}")
     rss_line = f"{out['rss_mb']} MB RSS ({out['rss_growth_mb']} MB during the run)"

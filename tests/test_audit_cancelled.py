@@ -30,7 +30,9 @@ from test_audit import HOUR, MIN, job, report_of, store_with, terminal_and_html
 
 # Slurm's job_states enum (slurm.h): the base state is the low byte of the job table's `state` column.
 SLURM_BASE_STATE = {3: "COMPLETED", 4: "CANCELLED", 5: "FAILED", 6: "TIMEOUT", 7: "NODE_FAIL", 11: "OOM"}
-WASTE = {"FAILED", "TIMEOUT", "NODE_FAIL", "OOM"}
+# What a run of repeat failures is made of: the owner's own failures (a node failure is left out of the
+# sequence, as the hold leaves it: policy/inputs.py STREAK_FAILURES).
+OWN_FAILURES = {"FAILED", "TIMEOUT", "OOM"}
 
 
 def job_table_frame(path: Path) -> pd.DataFrame:
@@ -218,13 +220,14 @@ def write_without_names_or_groups(src: Path, out: Path) -> Path:
 
 def runs_of_failures(df: pd.DataFrame, min_run: int = 3) -> list[tuple[str, int, float, bool]]:
     """Per user alone: (user, failures, their GPU-hours, a success followed) for each run of `min_run`+
-    waste-class jobs between successes, jobs in end-time order; cancelled jobs are not in the sequence."""
-    seq = df[df["state"].isin(WASTE | {"COMPLETED"})].sort_values(["user", "t"], kind="stable")
+    own failures between successes, jobs in end-time order; cancelled jobs and node failures are not in
+    the sequence."""
+    seq = df[df["state"].isin(OWN_FAILURES | {"COMPLETED"})].sort_values(["user", "t"], kind="stable")
     out = []
     for user, jobs in seq.groupby("user"):
         n, g = 0, 0.0
         for state, hours in zip(jobs["state"], jobs["gpu_hours"], strict=True):
-            if state in WASTE:
+            if state in OWN_FAILURES:
                 n, g = n + 1, g + hours
                 continue
             if n >= min_run:
@@ -247,9 +250,9 @@ def test_the_real_job_table_without_names_or_groups_shows_each_users_runs_by_use
     assert res.exit_code == 0, res.output
     rf = json.loads(res.stdout)["repeat_failures"]
     df = job_table_frame(src)
-    seq = df[df["state"].isin(WASTE | {"COMPLETED"})]
+    seq = df[df["state"].isin(OWN_FAILURES | {"COMPLETED"})]
     # ties in end time between a success and a failure of one user would make the order a guess
-    assert (seq.groupby(["user", "t"])["state"].agg(lambda s: s.isin(WASTE).nunique()) <= 1).all()
+    assert (seq.groupby(["user", "t"])["state"].agg(lambda s: s.isin(OWN_FAILURES).nunique()) <= 1).all()
     want = runs_of_failures(df)
     assert want, "the job table has runs of failures"
     assert rf["key"] == "user" and rf["key_label"] == "by user alone: this log has no job names or groups"

@@ -323,14 +323,11 @@ def test_without_multifactor_the_ratios_are_to_the_first_policy() -> None:
     assert "0.50x" in cells[1] and "\n" not in cells[0]  # the baseline's own cell has no ratio line
 
 
-def test_version_prints_the_installed_version_and_whether_the_simulator_is_compiled() -> None:
+def test_version_prints_the_installed_version() -> None:
     from importlib.metadata import version
 
-    from headway._native import build_name
-
     res = CliRunner().invoke(app, ["--version"])
-    sim = "compiled" if build_name() == "native" else "plain Python"
-    assert res.exit_code == 0 and res.stdout.strip() == f"headway {version('headway')} (simulator: {sim})"
+    assert res.exit_code == 0 and res.stdout.strip() == f"headway {version('headway')}"
 
 
 def test_an_ingest_that_stores_nothing_leaves_no_empty_store_behind(tmp_path: Path) -> None:

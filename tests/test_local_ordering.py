@@ -200,3 +200,60 @@ def test_why_tells_a_held_job_that_it_is_held_for_repeat_failures_and_its_score(
     text = "\n".join(w["explanation"])
     assert "tier and score: held (repeat failures); score " in text, text
     assert "failed 3 times in a row" in text, text
+
+
+def test_a_running_job_counts_towards_fair_share_once_however_many_passes_see_it() -> None:
+    """Each pass reads the running jobs afresh: a pass must not add a run to the book, or the next pass
+    would count it twice. Its usage accrues with decay while it runs, and ending it changes nothing."""
+    import math
+
+    from headway.local.core import JobState, LocalJob, QueueView
+    from headway.local.ordering import LocalPlanner, add_end
+    from headway.policy.inputs import HALF_LIFE_S
+
+    day = 86400.0
+    job = LocalJob(1, "ann", 1000, "train", 2, 0.0, state=JobState.RUNNING, start_time=0.0, gpu_ids=(0, 1))
+    other = LocalJob(2, "bob", 1001, "eval", 1, 5.0)
+    planner = LocalPlanner("fifo")
+
+    def usage(now: float, running: tuple[LocalJob, ...]) -> dict[str, float]:
+        free = () if running else (0, 1)
+        snap = planner.snapshot(QueueView(now, (0, 1), free, (other,), running))
+        return dict(zip(list(snap.users), snap.usage.tolist(), strict=True))
+
+    def want(now: float) -> float:
+        return 2 * (1 - 2 ** (-now / HALF_LIFE_S)) * HALF_LIFE_S / math.log(2)
+
+    assert usage(day, (job,)) == usage(day, (job,)) == {"ann": pytest.approx(want(day), abs=1e-3), "bob": 0.0}
+    assert usage(3 * day, (job,))["ann"] == pytest.approx(want(3 * day), abs=1e-3)
+    at_end = usage(3 * day, (job,))["ann"]
+    add_end(planner.book, "ann", "train", "COMPLETED", 2.0, 0.0, 3 * day)
+    assert usage(3 * day, ())["ann"] == pytest.approx(at_end, abs=1e-3)
+    assert usage(10 * day, ())["ann"] == pytest.approx(at_end * 2 ** (-7 * day / HALF_LIFE_S), abs=1e-3)
+
+
+def test_a_restarted_queue_reads_back_the_usage_and_streaks_its_database_holds(tmp_path: Path) -> None:
+    from headway.local.db import StateDB
+    from headway.local.ordering import fail_streak, load_book
+    from headway.local.paths import STATE_DB
+
+    db = StateDB(tmp_path / STATE_DB)
+    base = {"uid": 1000, "gid": 1000, "argv": "[]", "cwd": "/", "env": "{}", "gpus": 1, "priority": "normal"}
+    for i, state in enumerate(["FAILED", "TIMEOUT", "COMPLETED", "FAILED", "FAILED"]):
+        db.insert_job(
+            {
+                **base,
+                "user": "ann",
+                "name": "sweep",
+                "submit_time": 100.0 * i,
+                "state": state,
+                "start_time": 100.0 * i,
+                "end_time": 100.0 * i + 50,
+            }
+        )
+    db.insert_job({**base, "user": "bob", "name": "x", "submit_time": 0.0, "state": "PENDING"})
+    db.close()
+    book = load_book(tmp_path)
+    assert fail_streak(book, "ann", "sweep") == 2 and fail_streak(book, "bob", "x") == 0
+    assert book.ledger.users == ["ann"]  # a pending job is no history
+    assert book.ledger.usage(500.0)[0] == pytest.approx(250.0, rel=1e-3)

@@ -71,6 +71,27 @@ def test_fractional_jobs_pack_onto_the_fullest_gpu_that_fits_under_topology() ->
     assert place("topology", free, share, rack, nr, 0.5, 1) == Allocation((1,), (0,), 1, 500)
 
 
+def test_first_fit_takes_nodes_in_order_unless_that_spans_too_many_then_the_fullest() -> None:
+    free, share, rack, nr = arrays([1, 3, 1, 8, 8])
+    assert place("first-fit", free, share, rack, nr, 5, 3) == Allocation((3,), (5,))  # one node holds it
+    assert place("first-fit", free, share, rack, nr, 9, 4) == Allocation((0, 1, 2, 3), (1, 3, 1, 4))
+    assert place("first-fit", free, share, rack, nr, 9, 3) == Allocation((3, 4), (8, 1))
+    assert place("first-fit", free, share, rack, nr, 16, 2) == Allocation((3, 4), (8, 8))
+    assert place("first-fit", free, share, rack, nr, 20, 2) is None
+    assert place("first-fit", free, share, rack, nr, 19, 3) == Allocation((3, 4, 1), (8, 8, 3))
+    assert place("first-fit", free, share, rack, nr, 20, 3) is None  # 21 free, but on 5 nodes
+
+
+def test_a_share_among_equally_free_gpus_goes_to_the_node_with_fewest_whole_free_gpus() -> None:
+    free, share, rack, nr = arrays([3, 1, 2], gpn=4, racks=[0, 1, 1])
+    share[0, 3] = share[1, 2] = share[2, 3] = 400  # three GPUs with 0.4 free
+    topo = place("topology", free, share, rack, nr, 0.25, 1)
+    assert topo == Allocation((1,), (0,), 2, 250)  # node 1: one whole free GPU, the fewest
+    assert place("first-fit", free, share, rack, nr, 0.25, 1) == Allocation((0,), (0,), 0, 250)
+    # no partial GPU fits: a whole one on the node with the fewest, then the tightest rack
+    assert place("topology", free, share, rack, nr, 0.5, 1) == Allocation((1,), (0,), 0, 500)
+
+
 def test_take_updates_whole_free_counts_and_shares_consistently() -> None:
     free, share, _rack, _nr = arrays([4, 4], gpn=4)
     used = take(free, share, Allocation((0,), (3,)))

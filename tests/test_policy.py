@@ -93,7 +93,7 @@ def snapshot(
         cluster=view if view is not None else cluster(free),
         users=[f"u{i}" for i in range(n_users)],
         classes=list(classes),
-        usage=np.array(usage, dtype=np.float64),
+        usage_or_fn=np.array(usage, dtype=np.float64),
         shares=np.full(n_users, 1.0 / n_users),
     )
 
@@ -404,3 +404,103 @@ def test_the_registry_is_the_one_list_the_commands_offer() -> None:
     )
     assert all(POLICIES[r.name] is r.cls and r.oracle == ("oracle" in r.name) for r in REGISTRY)
     assert not any(r.oracle for r in REGISTRY if r.compared_by_default)
+
+
+def test_preemptive_and_wakes_say_what_each_registered_policy_does() -> None:
+    """The engine reads `preemptive` (every pass may stop jobs) and `wakes` (wake_at may ask for a pass):
+    a class says so exactly when it defines the hook."""
+    from headway.policy import Policy
+
+    for name, cls in POLICIES.items():
+        assert cls.preemptive == (cls.preemptions is not Policy.preemptions), name
+        assert cls.wakes == (cls.wake_at is not Policy.wake_at), name
+    assert [n for n, c in POLICIES.items() if c.preemptive] == ["las"]
+    assert [n for n, c in POLICIES.items() if c.wakes] == ["las", "impact", "impact-oracle"]
+    s = snapshot(pending([{"gpus": 2}]), free=[8])
+    for name in ("fifo", "fifo-skip", "multifactor", "qssf"):
+        assert get_policy(name).wake_at(s) is None and get_policy(name).decide(s).wake_at is None
+
+
+def test_a_new_policy_is_one_class() -> None:
+    """What docs/policies.md asks of a new policy: a Policy subclass with `scores` (and its class
+    variables); the pass, reservation and backfill come with the base class."""
+    from headway.policy import Policy
+
+    @dataclasses.dataclass(frozen=True)
+    class Lifo(Policy):
+        name = "lifo"
+        mode = "easy"
+
+        def scores(self, snap: Snapshot) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+            p = snap.pending
+            return np.zeros(len(p), np.int64), p.submit, {}
+
+    rows = [
+        {"id": "old", "submit": 0, "gpus": 2},
+        {"id": "big", "submit": 5, "gpus": 8},
+        {"id": "new", "submit": 9},
+    ]
+    d = Lifo().decide(snapshot(pending(rows), free=[4]))
+    assert d.ranking is not None and d.ranking.order.tolist() == [2, 1, 0]  # new, big, old
+    # big does not fit and reserves (no known time: the other GPUs have no holder); old backfills
+    assert d.reservation is not None and d.reservation.job_id == "big"
+    assert [(s.job_id, s.backfill) for s in d.start] == [("new", False), ("old", True)]
+
+
+def test_with_no_gpu_left_a_job_of_no_gpus_and_the_starved_head_are_still_found() -> None:
+    rows = [{"id": "a", "gpus": 4}, {"id": "b", "gpus": 1}, {"id": "c", "gpus": 2}, {"id": "none", "gpus": 0}]
+    d = get_policy("fifo-skip").decide(snapshot(pending(rows), free=[4]))
+    assert [s.job_id for s in d.start] == ["a", "none"]
+    # impact: the cluster fills, and the starved job behind the skipped ones holds the reservation
+    r = running([{"gpus": 4, "start": 9 * HOUR, "R": 2 * HOUR}])
+    view = cluster([4], owners={(0, g): 0 for g in range(4, 8)})
+    rows2 = [
+        {"id": "fits", "gpus": 4, "p": 0.99, "R": 60, "submit": 9 * HOUR},
+        {"id": "skipped", "gpus": 2, "p": 0.9, "R": 60, "submit": 9 * HOUR},
+        {"id": "starved", "gpus": 8, "p": 0.01, "R": 99 * HOUR, "submit": 0},
+    ]
+    d2 = get_policy("impact", max_wait_s={"normal": 5 * HOUR}).decide(
+        snapshot(pending(rows2), view=view, r=r)
+    )
+    assert d2.reservation is not None and d2.reservation.job_id == "starved"
+    assert [s.job_id for s in d2.start] == []  # the starved head ranks first: nothing passes it
+
+
+def test_a_share_on_a_gpu_the_reservation_counts_on_takes_no_free_gpu_of_other_nodes() -> None:
+    """A long-running share placed on a GPU that is partly shared now and free by the reservation costs
+    that node one GPU of slack. It once also took one from the node's free GPUs it did not have (-1),
+    which lowered the free total other long jobs could backfill on and made topology placement fail."""
+    day = 86400.0
+    now = 3 * day
+    r = running(
+        [
+            {"gpus": 0.5, "start": now - HOUR, "time_limit": 2 * HOUR},  # shares node 0's GPU 0 for 1 h more
+            {"gpus": 3, "start": now - HOUR, "time_limit": 2 * HOUR},  # holds node 0's GPUs 1-3 as long
+        ]
+    )
+    share = np.array([[500, 0, 0, 0], [1000, -1, -1, -1], [1000, -1, -1, -1], [1000, -1, -1, -1]])
+    owner = np.array([[-2, 1, 1, 1], [-1, -2, -2, -2], [-1, -2, -2, -2], [-1, -2, -2, -2]])
+    view = ClusterView(
+        share,
+        np.array([0, 1, 1, 1]),
+        owner,
+        np.array([4, 1, 1, 1]),
+        np.zeros(4, np.int64),
+        1,
+        frac_at={100: (0, 0)},
+    )
+    rows = [
+        {"id": "head", "gpus": 3, "submit": 0.0},  # node 0, in an hour
+        {"id": "share", "gpus": 0.5, "submit": 0.5 * day, "time_limit": 5 * HOUR},
+        {"id": "pair", "gpus": 2, "max_nodes": 2, "submit": 2.5 * day, "time_limit": 5 * HOUR},
+    ]
+    for how in ("first-fit", "topology"):
+        d = get_policy("multifactor", how).decide(snapshot(pending(rows), view=view, r=r, now=now))
+        assert d.reservation is not None and d.reservation.nodes == (0,)
+        assert [(s.job_id, s.alloc.nodes) for s in d.start] == [("share", (0,)), ("pair", (1, 2))]
+
+
+def test_the_former_module_still_names_the_policies() -> None:
+    from headway.policy import base, impact, policies
+
+    assert policies.Impact is impact.Impact is POLICIES["impact"] and policies.Policy is base.Policy

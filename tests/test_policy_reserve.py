@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headway.policy.placement import placeable
-from headway.policy.policies import _candidate_times
+from headway.policy.reserve import _candidate_times
 from headway.policy.snapshot import FULL_SHARE
 
 

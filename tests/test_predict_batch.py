@@ -1,4 +1,4 @@
-"""Feature rows of a batch of new jobs equal the one-by-one rows, and the online predictor uses them."""
+"""Feature rows of new jobs do not depend on how they are batched, and the online predictor uses them."""
 
 from __future__ import annotations
 
@@ -140,41 +140,29 @@ def test_batch_rows_stay_equal_to_one_by_one_rows_as_jobs_end_between_batches() 
         t += 1.0
 
 
-def test_batch_rows_of_a_burst_take_the_quick_submission_count_and_equal_one_by_one() -> None:
-    """A burst (every job within minutes): submission counts come from queue lengths, not queue reads."""
-    import headway.predict.features as features
-
-    taken = []
-    real = features._count_submits_quick
-
-    def spy(*args):  # type: ignore[no-untyped-def]
-        r = real(*args)
-        taken.append(r is not None)
-        return r
-
+def test_submission_counts_of_bursts_are_the_users_submissions_in_the_hour_before() -> None:
+    """Bursts read in batches (every job within minutes, the later bursts with the earlier ones still in
+    the hour): each job counts its user's submissions read before it in the hour before its own."""
     for seed in range(3):
         st = _state_with_history(seed)
-        other = copy.deepcopy(st)
+        seen = {u: list(s.submits) for u, s in st.users.items()}
         rng = np.random.default_rng(seed)
-        t = 400 * 300.0 + 10.0
-        for _ in range(3):  # three bursts in a row: the later ones see the earlier ones queued
+        t = max(x for v in seen.values() for x in v) + 10.0  # times go on from the history's
+        for _ in range(3):
             jobs = []
             for _ in range(150):
-                t += float(rng.choice([0.0, 0.0, 5.0]))
+                t += float(rng.choice([0.0, 0.0, 5.0, 40.0]))
                 user = [None, "a", "b", "c", "d", "new1"][int(rng.integers(0, 6))]
                 jobs.append((user, None, ["x", None][int(rng.integers(0, 2))], 1.0, t))
-            one = np.array([st.row(*j) for j in jobs], dtype=np.float64)
             users, groups, names, gpus, ts = (list(c) for c in zip(*jobs, strict=True))
-            features._count_submits_quick = spy
-            try:
-                many = other.rows(users, groups, names, gpus, ts)
-            finally:
-                features._count_submits_quick = real
-            np.testing.assert_array_equal(one, many)
-            assert {u: list(s.submits) for u, s in st.users.items()} == {
-                u: list(s.submits) for u, s in other.users.items()
-            }
-    assert any(taken)
+            got = st.rows(users, groups, names, gpus, ts)[:, HISTORY_FEATURES.index("user_submits_last_hour")]
+            for (user, *_, tj), n in zip(jobs, got.tolist(), strict=True):
+                if user is None:
+                    assert np.isnan(n)
+                    continue
+                before = seen.setdefault(user, [])
+                assert n == sum(1 for x in before if x > tj - 3600.0)
+                before.append(tj)
 
 
 def test_a_batch_of_new_jobs_wakes_no_garbage_collection() -> None:

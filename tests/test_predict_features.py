@@ -1,4 +1,5 @@
-"""Causal features: the batch and online paths agree, and no feature can see the future."""
+"""Causal features: hand-worked values, no feature can see the future, and the online path serves the
+batch build's rows (one code path, whatever the batches)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from headway.predict.features import HISTORY_FEATURES, NUMERIC_FEATURES, RollingState, build_features
+from headway.predict import features
+from headway.predict.features import HISTORY_FEATURES, FeatureFrame, RollingState, build_features
 from headway.predict.synthetic import EPOCH_2024, make_history
 from headway.schema import JOB_SCHEMA
 
@@ -76,16 +78,103 @@ def _messy(n: int, seed: int) -> pa.Table:
     return t.set_column(t.schema.get_field_index("submit_time"), "submit_time", pa.array(submits, ts))
 
 
+def _replay_in_batches(f: FeatureFrame, seed: int) -> np.ndarray:
+    """History rows of f's jobs as the online path serves them: ends folded in as they happen, each run
+    of submissions between two ends read with `RollingState.rows` in batches of random sizes."""
+    rng = np.random.default_rng(seed)
+    n, er = len(f), np.flatnonzero(f.ended)
+    times = np.concatenate([f.submit, f.end[er]])
+    kinds = np.concatenate([np.zeros(n, np.int8), np.ones(len(er), np.int8)])
+    rows = np.concatenate([np.arange(n), er])
+    ev = np.lexsort((rows, kinds, times))  # by time, submissions before ends, then row
+    st, out, run = RollingState(), np.full((n, len(HISTORY_FEATURES)), np.nan), []
+
+    def read() -> None:
+        while run:
+            k = int(rng.integers(1, 40))
+            part, run[:k] = run[:k], []
+            out[part] = st.rows(
+                [f.user[i] for i in part],
+                [f.cats["group"][i] for i in part],
+                [f.name[i] for i in part],
+                [float(f.gpus[i]) for i in part],
+                [float(f.submit[i]) for i in part],
+            )
+
+    for kind, i in zip(kinds[ev].tolist(), rows[ev].tolist(), strict=True):
+        if kind == 0:
+            run.append(i)
+            continue
+        read()
+        st.observe_end(f.user[i], f.cats["group"][i], f.name[i], f.gpus[i], f.start[i], f.end[i], f.state[i])
+    read()
+    return out
+
+
 @pytest.mark.parametrize("seed", [1, 2])
-def test_vectorised_features_equal_the_event_sweep_through_the_online_state(seed: int) -> None:
-    t = _messy(3000, seed)
-    vec = build_features(t)
-    sweep = build_features(t, method="sweep")
-    assert list(vec.job_id) == list(sweep.job_id)
-    for j, name in enumerate(NUMERIC_FEATURES):
-        np.testing.assert_allclose(
-            vec.X[:, j], sweep.X[:, j], rtol=1e-12, atol=0, equal_nan=True, err_msg=name
-        )
+def test_rows_served_online_in_any_batches_are_the_batch_builds_rows(seed: int) -> None:
+    """One code path: whatever the batches (and whatever each key's memo or waiting estimate holds across
+    them), the online reads give the training rows bit for bit."""
+    f = build_features(_messy(3000, seed))
+    np.testing.assert_array_equal(_replay_in_batches(f, seed), f.X[:, : len(HISTORY_FEATURES)])
+
+
+def test_rows_do_not_depend_on_where_the_assembly_chunks_fall(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay assembles its rows every _CHUNK jobs; mode-seeking estimates wait across those points."""
+    t = _messy(2000, 3)
+    whole = build_features(t).X
+    monkeypatch.setattr(features, "_CHUNK", 7)
+    np.testing.assert_array_equal(build_features(t).X, whole)
+
+
+def test_keys_a_job_lacks_or_that_have_no_history_yet() -> None:
+    """No user, name or group: those columns NaN (a user-less job's rate is the cluster's); a key with no
+    ended job yet: 0 jobs, the cluster's rate."""
+    t = _table(
+        [
+            {
+                "submit_time": 0,
+                "start_time": 0,
+                "end_time": 1000,
+                "state": "COMPLETED",
+                "name": "x",
+                "gpus": 2.0,
+            },
+            {"submit_time": 2000, "user": "bob", "name": None, "group": None},
+            {"submit_time": 2000, "name": "x", "gpus": 2},
+            {"submit_time": 2000, "user": None, "name": "x"},
+        ]
+    )
+    f = build_features(t)
+    prior = (1 + 1) / (1 + 2)
+    rate = (1 + 4 * prior) / (1 + 4)
+    by_user = {u: k for k, u in enumerate(f.user.tolist()) if k > 0}
+    bob, alice, nobody = by_user["bob"], by_user["alice"], by_user[None]
+
+    def col(name: str, k: int) -> float:
+        return float(f.col(name)[k])
+
+    assert col("global_success_rate", bob) == pytest.approx(prior)
+    assert col("global_last500", bob) == pytest.approx(rate)  # 1 ended job, smoothed toward the prior
+    assert (col("user_jobs_ended", bob), col("user_success_rate", bob)) == (0.0, pytest.approx(prior))
+    assert col("user_submits_last_hour", bob) == 0.0
+    assert all(np.isnan(col(c, bob)) for c in ("name_jobs_ended", "name_success_rate", "group_jobs_ended"))
+    assert (col("shape_jobs_ended", bob), col("shape_success_rate", bob)) == (0.0, pytest.approx(prior))
+    for c in ("user_jobs_ended", "name_jobs_ended", "group_jobs_ended", "shape_jobs_ended"):
+        assert col(c, alice) == 1.0
+    for c in ("user_success_rate", "name_success_rate", "group_success_rate", "shape_success_rate"):
+        assert col(c, alice) == pytest.approx(rate)
+    assert col("user_submits_last_hour", alice) == 1.0  # job 0, 2000 s before
+    assert col("user_log_runtime_median", alice) == pytest.approx(np.log(1000))
+    assert col("user_log_runtime_dense", alice) == pytest.approx(np.log(1000))
+    assert col("shape_log_runtime_dense", alice) == pytest.approx(np.log(1000))
+    assert np.isnan(col("user_jobs_ended", nobody)) and np.isnan(col("user_submits_last_hour", nobody))
+    assert col("user_success_rate", nobody) == pytest.approx(prior)
+    assert np.isnan(col("user_log_runtime_dense", nobody))
+    assert (col("name_jobs_ended", nobody), col("group_jobs_ended", nobody)) == (
+        0.0,
+        1.0,
+    )  # (None, "x") is new
 
 
 def test_a_job_ending_exactly_at_submit_time_is_not_visible() -> None:

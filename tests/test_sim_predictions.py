@@ -10,8 +10,8 @@ from headway.sim.cluster import ClusterSpec
 from headway.sim.result import SimResult
 from headway.sim.run import NoPredictor, run_simulation
 from headway.sim.synth import generate
-from test_engine_equivalence import UserMean
-from test_engine_equivalence import replay as equivalence_replay
+from test_engine_replay import UserMean
+from test_engine_replay import replay as equivalence_replay
 
 SCHEDULE = ("job_id", "start", "end", "nodes_used", "racks_used", "preemptions", "restarts")
 BLIND = sorted(name for name, cls in POLICIES.items() if not cls.uses_predictions)

@@ -144,14 +144,34 @@ def test_pending_array_tasks_are_one_record_named_as_slurm_names_them() -> None:
     base |= {"tres_req_str": "cpu=1,node=1,billing=1,gres/gpu=1", "partition": "gpu", "qos": "normal"}
     doc = {
         "jobs": [
-            base | {"job_id": 19, "job_state": "PENDING", "array_job_id": 19, "array_task_id": None,
-                    "array_task_string": "4-9", "state_reason": "Resources"},
-            base | {"job_id": 23, "job_state": "RUNNING", "array_job_id": 19, "array_task_id": 0,
-                    "array_task_string": "", "start_time": 1_700_000_100},
-            base | {"job_id": 20, "job_state": "PENDING", "array_job_id": 0, "array_task_id": None,
-                    "array_task_string": ""},
+            base
+            | {
+                "job_id": 19,
+                "job_state": "PENDING",
+                "array_job_id": 19,
+                "array_task_id": None,
+                "array_task_string": "4-9",
+                "state_reason": "Resources",
+            },
+            base
+            | {
+                "job_id": 23,
+                "job_state": "RUNNING",
+                "array_job_id": 19,
+                "array_task_id": 0,
+                "array_task_string": "",
+                "start_time": 1_700_000_100,
+            },
+            base
+            | {
+                "job_id": 20,
+                "job_state": "PENDING",
+                "array_job_id": 0,
+                "array_task_id": None,
+                "array_task_string": "",
+            },
         ]
-    }  # fmt: skip
+    }
     arr, task, plain = parse_squeue_json(json.dumps(doc))
     assert (arr.job_id, arr.display_id, arr.tasks, arr.gpus) == ("19", "19_[4-9]", 6, 1.0)
     assert (task.job_id, task.display_id, task.tasks) == ("23", "19_0", 1)
@@ -218,8 +238,13 @@ def test_a_throttle_with_a_free_slot_holds_nothing_whatever_slurm_still_says() -
 
 def test_array_task_lists_count_and_contain_what_slurm_means() -> None:
     assert [array_task_count(s) for s in ("4-9", "1-3,7", "0-99:2%10", "[4-9%2]", "5", "odd")] == [
-        6, 4, 50, 6, 1, 1,
-    ]  # fmt: skip
+        6,
+        4,
+        50,
+        6,
+        1,
+        1,
+    ]
     assert array_has_task("1-3,7", 7) and not array_has_task("1-3,7", 4)
     assert array_has_task("0-99:2", 98) and not array_has_task("0-99:2%10", 3)
 
@@ -1082,3 +1107,44 @@ def test_the_slurm_adapter_imports_nothing_from_the_audit() -> None:
                 f"{path.name}: {n}" for n in names if n == "headway.audit" or n.startswith("headway.audit.")
             ]
     assert found == []
+
+
+def test_the_snapshot_decays_each_gpu_second_from_when_it_was_used_and_shares_among_every_user_seen() -> None:
+    """sacct's history through the shared book (policy/inputs.py): a run's usage decays from when each
+    GPU-second was used (not all from its end), running jobs accrue while they run, every user of the
+    history or the queue takes an equal share, and a nameless job with an account is keyed by the account."""
+    import math
+
+    from headway.policy.inputs import HALF_LIFE_S
+    from headway.schema import JobRecord, State
+    from headway.slurm.queue import NodeGpus, QueueJob
+    from headway.slurm.sync import build_snapshot
+
+    h, day, now = HALF_LIFE_S, 86400.0, 1.8e9
+
+    def ended(i: int, user: str, state: State, start: float, end: float) -> JobRecord:
+        utc = [dt.datetime.fromtimestamp(t, dt.UTC) for t in (start, end)]
+        return JobRecord(
+            str(i), state, "sacct", user=user, group="lab", gpus=8.0, start_time=utc[0], end_time=utc[1]
+        )
+
+    def queued(i: int, state: str, user: str, start: float | None = None) -> QueueJob:
+        return QueueJob(str(i), state, user, "lab", None, None, None, now - 60, start, 2.0, 1, None, None)
+
+    def preds(n: int) -> Predictions:
+        return Predictions(np.ones(n), np.ones(n), np.ones(n), np.ones(n))
+
+    history = [ended(1, "ann", State.COMPLETED, now - 14 * day, now - 7 * day)]
+    history += [
+        ended(2 + i, "bob", State.FAILED, now - 3600 * (3 - i), now - 3000 * (3 - i)) for i in range(3)
+    ]
+    pending = [queued(10, "PENDING", "bob"), queued(11, "PENDING", "cy")]
+    running = [queued(12, "RUNNING", "dee", now - day)]
+    nodes = [NodeGpus("n0", 4, 2, "mixed")]
+    snap = build_snapshot(pending, running, nodes, preds(2), preds(1), history, now, 1)
+    usage = dict(zip(snap.users, snap.usage.tolist(), strict=True))
+    ann = 8 * 7 * day * (1 - 2**-1) / math.log(2) * 2**-1  # 3.49e6 at its end, a half-life ago
+    assert usage["ann"] == pytest.approx(ann, abs=1e-3)
+    assert usage["dee"] == pytest.approx(2 * (1 - 2 ** (-day / h)) * h / math.log(2), abs=1e-3)
+    assert usage["cy"] == 0.0 and set(snap.shares.tolist()) == {0.25}
+    assert snap.pending.fail_streak.tolist() == [3, 0]  # bob's nameless jobs: keyed by bob + lab

@@ -14,12 +14,16 @@ prediction can push it further. Checked on clusters of
 
 from __future__ import annotations
 
+import math
+
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 
+from headway.policy import get_policy
 from headway.sim.cluster import ClusterSpec
 from headway.sim.run import run_simulation
 from test_engine_helpers import FixedPredictor, make_jobs
+from test_policy import pending, snapshot
 
 W = 1000.0
 
@@ -113,3 +117,28 @@ def test_a_hopeless_big_job_is_not_starved_by_a_stream_of_attractive_small_ones(
     # Starved at 1001 behind 4 running 400 s jobs: it waits for them, never for the newcomers.
     assert W < big["start"] - big["submit"] <= W + 400
     check_bound(4, res.jobs.to_pylist())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    submits=st.lists(st.sampled_from([0.0, 500.0, 999.0, 1000.0, 1000.5, 4000.0, math.nan]), max_size=40),
+    classes=st.sampled_from([("normal",), ("normal", "high"), ("low", "normal", "urgent", "other")]),
+    now=st.sampled_from([1000.0, 2000.0, 1e9]),
+)
+def test_wake_at_is_the_earliest_starvation_deadline_still_ahead(
+    submits: list[float], classes: tuple[str, ...], now: float
+) -> None:
+    """Impact asks for a pass when the next job starves (its submit + its class's max_wait), so that the
+    starved tier takes effect then and not at some unrelated event; a deadline at or before now has
+    passed (the job is starved already)."""
+    max_wait = {"low": 3000.0, "normal": W, "high": 10.0, "urgent": 1.5}  # "other": normal's
+    rows = [{"submit": t, "klass": i % len(classes)} for i, t in enumerate(submits)]
+    snap = snapshot(pending(rows), now=now, classes=classes)
+    deadlines = [
+        t + max_wait.get(classes[i % len(classes)], max_wait["normal"]) for i, t in enumerate(submits)
+    ]
+    ahead = [d for d in deadlines if d > now]
+    want = min(ahead) if ahead else None
+    pol = get_policy("impact", max_wait_s=max_wait)
+    assert pol.wake_at(snap) == want
+    assert pol.decide(snap).wake_at == want

@@ -31,10 +31,7 @@ def _new_app() -> typer.Typer:
 
 def _version(value: bool) -> None:
     if value:
-        from headway._native import build_name
-
-        sim = {"native": "compiled", "pure": "plain Python", "partial": "partly compiled"}[build_name()]
-        typer.echo(f"headway {__version__} (simulator: {sim})")
+        typer.echo(f"headway {__version__}")
         raise typer.Exit()
 
 

@@ -16,7 +16,8 @@ from typing import Any
 import duckdb
 
 from headway.audit.periods import Window
-from headway.schema import OUTCOME_OF, WASTE_STATES, Outcome, State
+from headway.policy.inputs import STREAK_FAILURES, STREAK_SUCCESS
+from headway.schema import OUTCOME_OF, Outcome, State
 
 BY_CHOICES: tuple[str, ...] = ("user", "group", "name", "partition", "gpus")
 # How a top table's heading names its rows ("Top users", "Top GPU counts").
@@ -35,8 +36,20 @@ SHORT_JOB_S = 3600.0
 SIZE_BUCKETS: tuple[str, ...] = ("cpu", "<1", "1", "2-4", "5-8", "9-32", "33+")
 REPEAT_MIN = 3
 # How a repeat-failure streak is keyed (docs/audit-json.md): a job's user and name, else its user and group;
-# in a log that has neither names nor groups, its user alone.
+# in a log that has neither names nor groups, its user alone. This is exactly `policy.inputs.streak_key`,
+# the key the repeat-failure hold uses, with the log decided per source: an empty user, name or group counts
+# as none there (`if name:`), so `_STREAK_JOBS` reads '' as NULL.
 REPEAT_KEYS: tuple[str, ...] = ("user+name", "user+group", "user")
+# The sequence a streak is counted in is the hold's: the owner's own failures (`STREAK_FAILURES`, in the
+# schema's order) and successes (`STREAK_SUCCESS`). Any other end, a node failure too, neither extends nor
+# breaks a run, though it is waste in every other figure of the audit.
+STREAK_FAILURE_STATES: tuple[str, ...] = tuple(s.value for s in State if s.value in STREAK_FAILURES)
+_STREAK_FAIL_SQL = "state IN (" + ", ".join(f"'{s}'" for s in STREAK_FAILURE_STATES) + ")"
+_STREAK_SEQ_SQL = f"({_STREAK_FAIL_SQL} OR state = '{STREAK_SUCCESS}')"
+_STREAK_JOBS = (
+    "(SELECT source, nullif(\"user\", '') AS \"user\", nullif(name, '') AS name, "
+    'nullif("group", \'\') AS "group", state, gpu_hours, t, tie FROM a)'
+)
 USER_ALONE_LABEL = "by user alone: this log has no job names or groups"
 # Cancelled jobs by when they were cancelled (docs/audit-json.md, `cancelled`), in the order shown.
 CANCEL_EARLY_S = 600.0  # cancelled this soon after starting: a mistake caught early, GPUs saved
@@ -314,17 +327,17 @@ class _Keying:
 def _repeat_keying(q: _Q) -> _Keying:
     """Per log (source), not per job: a log with neither a job name nor a group on any job is keyed by user
     alone, so its streaks are seen; in a log with names, a nameless job is not lumped in with every other
-    nameless job of its user, and is counted as unkeyed instead."""
+    nameless job of its user, and is counted as unkeyed instead (`streak_key`'s `log_has_names`)."""
     rows = q.rows(
         'SELECT source, bool_or(name IS NOT NULL OR "group" IS NOT NULL), '
         "count(*) FILTER (seq AND name IS NOT NULL), "
         'count(*) FILTER (seq AND name IS NULL AND "group" IS NOT NULL), '
         'count(*) FILTER (seq AND name IS NULL AND "group" IS NULL), '
-        "count(*) FILTER (outcome = 'waste' AND \"user\" IS NULL), "
-        'count(*) FILTER (outcome = \'waste\' AND "user" IS NOT NULL AND name IS NULL AND "group" IS NULL), '
-        "count(*) FILTER (outcome = 'waste') "
-        'FROM (SELECT source, "user", name, "group", outcome, '
-        "outcome IN ('success', 'waste') AND \"user\" IS NOT NULL AS seq FROM a) "
+        'count(*) FILTER (fail AND "user" IS NULL), '
+        'count(*) FILTER (fail AND "user" IS NOT NULL AND name IS NULL AND "group" IS NULL), '
+        "count(*) FILTER (fail) "
+        f'FROM (SELECT source, "user", name, "group", {_STREAK_FAIL_SQL} AS fail, '
+        f'{_STREAK_SEQ_SQL} AND "user" IS NOT NULL AS seq FROM {_STREAK_JOBS}) '
         "GROUP BY source ORDER BY source"
     )
     keyed = dict.fromkeys(REPEAT_KEYS, 0)
@@ -343,18 +356,19 @@ def _repeat_keying(q: _Q) -> _Keying:
 
 
 def _repeat_failures(q: _Q, top: int, min_run: int, wasted: float) -> dict[str, Any]:
-    """Gaps and islands: runs of >= min_run consecutive waste-class jobs of one user+name (or user+group; or,
-    in a log with neither names nor groups, of one user: `_repeat_keying`).
+    """Gaps and islands: runs of >= min_run consecutive own failures (`STREAK_FAILURES`) of one user+name
+    (or user+group; or, in a log with neither names nor groups, of one user: `_repeat_keying`).
 
-    Only successes and waste-class jobs form the sequence (a cancelled job neither extends nor breaks a
-    streak); jobs are ordered by end time (else start, else submit), ties by job id. One window pass: the
+    Only successes and own failures form the sequence, as for the hold (a cancelled job or a node failure
+    neither extends nor breaks a streak); jobs are ordered by end time (else start, else submit), ties by
+    job id. One window pass: the
     number of successes so far names the island, so failures between the same two successes share it, and a
     success followed the island when the key has more successes than that.
     """
     keying = _repeat_keying(q)
-    waste_states = [st.value for st in WASTE_STATES]
-    code = "CASE state " + " ".join(f"WHEN '{st}' THEN {i}" for i, st in enumerate(waste_states)) + " END"
-    flags = ", ".join(f"bool_or(sc = {i}) AS has_{i}" for i in range(len(waste_states)))
+    fail_states = list(STREAK_FAILURE_STATES)
+    code = "CASE state " + " ".join(f"WHEN '{st}' THEN {i}" for i, st in enumerate(fail_states)) + " END"
+    flags = ", ".join(f"bool_or(sc = {i}) AS has_{i}" for i in range(len(fail_states)))
     # The source is part of the key: a user's failures on two clusters are not one streak. A job of a log
     # keyed by user alone hashes a NULL name: no named key shares its hash.
     key = 'hash(source, "user", coalesce(name, "group"), name IS NULL)'
@@ -369,8 +383,8 @@ def _repeat_failures(q: _Q, top: int, min_run: int, wasted: float) -> dict[str, 
     )
     # The sort carries only numbers (key hash, time, tie hash); names are looked up for the top rows alone.
     rows = q.rows(
-        f", seq AS (SELECT {key} AS key, outcome = 'waste' AS bad, CAST({code} AS UTINYINT) AS sc, "
-        "gpu_hours, t, tie FROM a WHERE outcome IN ('success', 'waste') AND \"user\" IS NOT NULL "
+        f", seq AS (SELECT {key} AS key, {_STREAK_FAIL_SQL} AS bad, CAST({code} AS UTINYINT) AS sc, "
+        f'gpu_hours, t, tie FROM {_STREAK_JOBS} WHERE {_STREAK_SEQ_SQL} AND "user" IS NOT NULL '
         f"AND {keyable}), "
         "num AS (SELECT *, sum(CAST(NOT bad AS INTEGER)) OVER (PARTITION BY key ORDER BY t, tie "
         "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS oks FROM seq), "
@@ -384,10 +398,10 @@ def _repeat_failures(q: _Q, top: int, min_run: int, wasted: float) -> dict[str, 
         "fsum(CASE WHEN success_followed THEN 0.0 ELSE gh END) OVER () AS gh_open FROM s "
         f"ORDER BY gh DESC, n DESC, key LIMIT {int(top)}), "
         f'names AS (SELECT {key} AS key, any_value("user") AS u, any_value(coalesce(name, "group")) AS k, '
-        f"any_value({rule}) AS rule FROM a WHERE {key} IN (SELECT key FROM best) GROUP BY 1) "
+        f"any_value({rule}) AS rule FROM {_STREAK_JOBS} WHERE {key} IN (SELECT key FROM best) GROUP BY 1) "
         "SELECT u, k, rule, n, gh, first_t, last_t, success_followed, c_all, n_all, gh_all, c_open, "
         "gh_open, "
-        f"{', '.join(f'has_{i}' for i in range(len(waste_states)))} FROM best JOIN names USING (key) "
+        f"{', '.join(f'has_{i}' for i in range(len(fail_states)))} FROM best JOIN names USING (key) "
         "ORDER BY gh DESC, n DESC, u, k NULLS FIRST",
         params,
     )
@@ -415,7 +429,7 @@ def _repeat_failures(q: _Q, top: int, min_run: int, wasted: float) -> dict[str, 
                 "first": _iso(first),
                 "last": _iso(last),
                 "success_followed": bool(ok),
-                "states": [st for st, has in zip(waste_states, r[5:], strict=True) if has],
+                "states": [st for st, has in zip(fail_states, r[5:], strict=True) if has],
             }
             for u, k, rk, nn, g, first, last, ok, *r in rows
         ],

@@ -440,7 +440,9 @@ class Daemon:
         log.info("job %d ended %s (exit %s)", job.id, job.state, job.exit_code)
         book = getattr(self.core.planner, "book", None)
         if book is not None and job.end_time is not None:
-            book.add(job.user, job.name, job.state.value, float(job.gpus), job.start_time, job.end_time)
+            from headway.local.ordering import add_end
+
+            add_end(book, job.user, job.name, job.state.value, float(job.gpus), job.start_time, job.end_time)
         self.predictors.observe_end(job)
 
     # ---------- the watcher ----------

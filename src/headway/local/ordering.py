@@ -2,15 +2,15 @@
 
 `LocalPlanner` turns a QueueView into the policy core's frozen Snapshot (one node holding this server's
 GPUs), calls `get_policy(name).decide(snapshot)`, and maps the Decision back to GPU ids. The fair-share
-usage and failure streaks the snapshot needs come from `UsageBook`, fed with every ended job.
+usage, shares and failure streaks come from the shared `PolicyBook` (policy/inputs.py), fed with every
+ended job in end order, as the simulator's and the Slurm sync's are.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,53 +18,51 @@ import numpy as np
 
 from headway.local.core import PRIORITIES, LocalJob, Plan, Predicted, QueueView, RankEntry
 from headway.policy import get_policy
+from headway.policy.inputs import (
+    EndedRow,
+    PendingRow,
+    PolicyBook,
+    RunningRow,
+    add_ended,
+    pending_columns,
+    running_jobs,
+)
 from headway.policy.placement import take
-from headway.policy.snapshot import FULL_SHARE, ClusterView, PendingJobs, RunningJobs, Snapshot
+from headway.policy.snapshot import FULL_SHARE, ClusterView, Snapshot
 from headway.predict.api import EndedJob, SubmittedJob
-from headway.schema import OWN_FAILURE_STATES
 
-HALF_LIFE_S = 7 * 86400.0  # Slurm's default PriorityDecayHalfLife
 DEFAULT_RUNTIME_S = 3600.0  # assumed when a job has neither a prediction nor a time limit
+# Every local job has a name: submit names it after its command when --name is not given
+# (verbs/submit.py `default_name`). So this queue is a log with names: a job is keyed by its user and name
+# (`streak_key`), and a job whose name is somehow empty is never lumped in with its user's other jobs.
+# Local jobs have no group (account) either: a server's queue has none.
+LOCAL_LOG_HAS_NAMES = True
 
 
-@dataclass(slots=True)
-class UsageBook:
-    """Decayed GPU-seconds per user (fair share) and failures in a row per user+name (the hold rule)."""
+def new_book() -> PolicyBook:
+    """An empty book for this queue's classes (Slurm's default half-life)."""
+    return PolicyBook.new(PRIORITIES)
 
-    half_life: float = HALF_LIFE_S
-    usage: dict[str, tuple[float, float]] = field(default_factory=dict)  # user -> (value, as of time)
-    streak: dict[tuple[str, str], int] = field(default_factory=dict)
 
-    def add(
-        self, user: str | None, name: str | None, state: str, gpus: float, start: float | None, end: float
-    ) -> None:
-        u = user or "?"
-        if start is not None and end > start:
-            self._add_usage(u, gpus * (end - start), end)
-        key = (u, name or "")
-        if state == "COMPLETED":
-            self.streak[key] = 0
-        elif state in OWN_FAILURE_STATES:
-            self.streak[key] = self.streak.get(key, 0) + 1
+def add_end(
+    book: PolicyBook, user: str, name: str | None, state: str, gpus: float, start: float | None, end: float
+) -> None:
+    """One ended job into the book (call in end order): its GPU-seconds and its streak."""
+    add_ended(book, [EndedRow(user, name, None, state, gpus, start, end)], log_has_names=LOCAL_LOG_HAS_NAMES)
 
-    def _add_usage(self, user: str, gpu_seconds: float, at: float) -> None:
-        v, t = self.usage.get(user, (0.0, at))
-        if at >= t:
-            v = v * 0.5 ** ((at - t) / self.half_life) + gpu_seconds
-            self.usage[user] = (v, at)
-        else:
-            self.usage[user] = (v + gpu_seconds * 0.5 ** ((t - at) / self.half_life), t)
 
-    def usage_at(self, user: str, now: float) -> float:
-        v, t = self.usage.get(user, (0.0, now))
-        return v * 0.5 ** (max(now - t, 0.0) / self.half_life)
-
-    def fail_streak(self, user: str, name: str) -> int:
-        return self.streak.get((user, name), 0)
+def fail_streak(book: PolicyBook, user: str, name: str | None) -> int:
+    """The failures in a row of `user`'s jobs named `name` (what holds a job): `why` quotes it."""
+    return book.fail_streak(user, name, None, log_has_names=LOCAL_LOG_HAS_NAMES)
 
 
 def _f(x: float | None, default: float = math.nan) -> float:
     return default if x is None or x != x else float(x)
+
+
+def _klass(job: LocalJob) -> str:
+    """Its priority class; "normal" for one this version does not know (an older database's)."""
+    return job.priority if job.priority in PRIORITIES else "normal"
 
 
 def job_runtime_guess(job: LocalJob) -> float:
@@ -77,79 +75,58 @@ def job_runtime_guess(job: LocalJob) -> float:
 class LocalPlanner:
     """A Planner (see core.py) backed by the shared policy core."""
 
-    def __init__(self, policy: str = "impact", book: UsageBook | None = None) -> None:
+    def __init__(self, policy: str = "impact", book: PolicyBook | None = None) -> None:
         self.policy = get_policy(policy)
         self.name = policy
-        self.book = book or UsageBook()
+        self.book = book if book is not None else new_book()
         self.seq = 0
 
     def snapshot(self, view: QueueView) -> Snapshot:
-        pend, run = view.pending, view.running
-        users = sorted({j.user for j in (*pend, *run)})
-        uidx = {u: i for i, u in enumerate(users)}
-        cidx = {c: i for i, c in enumerate(PRIORITIES)}
-        n = len(view.gpu_ids)
-        pos_of = {g: i for i, g in enumerate(view.gpu_ids)}
-
-        def arr(vals: Iterable[float]) -> np.ndarray[Any, np.dtype[np.float64]]:
-            return np.fromiter(vals, dtype=np.float64)
-
-        def iarr(vals: Iterable[int]) -> np.ndarray[Any, np.dtype[np.int64]]:
-            return np.fromiter(vals, dtype=np.int64)
-
-        pending = PendingJobs(
-            key=iarr(j.id for j in pend),
-            job_id=np.array([str(j.id) for j in pend], dtype=object),
-            user=iarr(uidx[j.user] for j in pend),
-            klass=iarr(cidx.get(j.priority, 1) for j in pend),
-            submit=arr(j.submit_time for j in pend),
-            gpus=arr(float(j.gpus) for j in pend),
-            max_nodes=np.ones(len(pend), dtype=np.int64),
-            time_limit=arr(_f(j.time_limit) for j in pend),
-            p_success=arr(_f(j.p_success, 1.0) for j in pend),
-            runtime=arr(job_runtime_guess(j) for j in pend),
-            runtime_p90=arr(_f(j.pred_runtime_p90, job_runtime_guess(j)) for j in pend),
-            time_to_failure=arr(_f(j.pred_ttf, job_runtime_guess(j)) for j in pend),
-            attained=np.zeros(len(pend)),
-            last_stop=arr(j.submit_time for j in pend),
-            fail_streak=iarr(self.book.fail_streak(j.user, j.name) for j in pend),
+        """The policy's Snapshot through the shared `PolicyBook`: ended runs are in the book, running
+        jobs' usage so far is added for this snapshot alone (`running_in_ledger=False`)."""
+        now, book = view.now, self.book
+        pending = pending_columns(
+            book,
+            [
+                PendingRow(
+                    key=j.id,
+                    job_id=str(j.id),
+                    user=j.user,
+                    name=j.name,
+                    group=None,
+                    klass=_klass(j),
+                    submit=j.submit_time,
+                    gpus=float(j.gpus),
+                    max_nodes=1,
+                    time_limit=_f(j.time_limit),
+                    p_success=_f(j.p_success, 1.0),
+                    runtime=job_runtime_guess(j),
+                    runtime_p90=_f(j.pred_runtime_p90, job_runtime_guess(j)),
+                    time_to_failure=_f(j.pred_ttf, job_runtime_guess(j)),
+                )
+                for j in view.pending
+            ],
+            log_has_names=LOCAL_LOG_HAS_NAMES,
         )
-        running = RunningJobs(
-            key=iarr(j.id for j in run),
-            job_id=np.array([str(j.id) for j in run], dtype=object),
-            user=iarr(uidx[j.user] for j in run),
-            klass=iarr(cidx.get(j.priority, 1) for j in run),
-            gpus=arr(float(j.gpus) for j in run),
-            start=arr(_f(j.start_time, view.now) for j in run),
-            time_limit=arr(_f(j.time_limit, math.inf) for j in run),
-            runtime=arr(job_runtime_guess(j) for j in run),
-            runtime_p90=arr(_f(j.pred_runtime_p90, job_runtime_guess(j)) for j in run),
-            attained=np.zeros(len(run)),
-            preemptible=np.zeros(len(run), dtype=bool),
+        running = running_jobs(
+            book,
+            [
+                RunningRow(
+                    key=j.id,
+                    job_id=str(j.id),
+                    user=j.user,
+                    klass=_klass(j),
+                    gpus=float(j.gpus),
+                    start=_f(j.start_time, now),
+                    time_limit=_f(j.time_limit, math.inf),
+                    runtime=job_runtime_guess(j),
+                    runtime_p90=_f(j.pred_runtime_p90, job_runtime_guess(j)),
+                )
+                for j in view.running
+            ],
         )
-        share = np.full((1, max(n, 1)), -1 if n == 0 else FULL_SHARE, dtype=np.int64)
-        owner = np.full((1, max(n, 1)), -2 if n == 0 else -1, dtype=np.int64)
-        for k, j in enumerate(run):
-            for g in j.gpu_ids:
-                share[0, pos_of[g]] = 0
-                owner[0, pos_of[g]] = k
-        cluster = ClusterView(
-            share=share,
-            free=np.array([int((share[0] == FULL_SHARE).sum())], dtype=np.int64),
-            owner=owner,
-            node_gpus=np.array([n], dtype=np.int64),
-            rack=np.zeros(1, dtype=np.int64),
-            n_racks=1,
-        )
-        # Running jobs count towards fair share for the time they have run so far (as Slurm does).
-        usage = arr(
-            self.book.usage_at(u, view.now)
-            + sum(j.gpus * max(view.now - _f(j.start_time, view.now), 0.0) for j in run if j.user == u)
-            for u in users
-        )
-        shares = np.full(len(users), 1.0 / max(len(users), 1))
         self.seq += 1
-        return Snapshot(view.now, self.seq, pending, running, cluster, users, PRIORITIES, usage, shares)
+        return book.snapshot(now, self.seq, pending, running, _cluster(view), running_in_ledger=False)
 
     def __call__(self, view: QueueView) -> Plan:
         snap = self.snapshot(view)
@@ -178,6 +155,26 @@ class LocalPlanner:
             wake_at=decision.wake_at,
             decision=decision.id,
         )
+
+
+def _cluster(view: QueueView) -> ClusterView:
+    """This server as one node: its GPUs, each free or held whole by a running job."""
+    n = len(view.gpu_ids)
+    pos_of = {g: i for i, g in enumerate(view.gpu_ids)}
+    share = np.full((1, max(n, 1)), -1 if n == 0 else FULL_SHARE, dtype=np.int64)
+    owner = np.full((1, max(n, 1)), -2 if n == 0 else -1, dtype=np.int64)
+    for k, j in enumerate(view.running):
+        for g in j.gpu_ids:
+            share[0, pos_of[g]] = 0
+            owner[0, pos_of[g]] = k
+    return ClusterView(
+        share=share,
+        free=np.array([int((share[0] == FULL_SHARE).sum())], dtype=np.int64),
+        owner=owner,
+        node_gpus=np.array([n], dtype=np.int64),
+        rack=np.zeros(1, dtype=np.int64),
+        n_racks=1,
+    )
 
 
 def estimate_starts(view: QueueView, order: Sequence[int], starting: set[int]) -> dict[int, float]:
@@ -256,13 +253,14 @@ def predicted_events(predictor: Any, jobs: Sequence[LocalJob], now: float) -> li
     ]
 
 
-def load_book(state_dir: Path) -> UsageBook:
-    """Fair-share usage and failure streaks from this server's own ended jobs (empty for a new queue)."""
+def load_book(state_dir: Path) -> PolicyBook:
+    """Fair-share usage and failure streaks from this server's own ended jobs, in end order (empty for a
+    new queue)."""
     import sqlite3
 
     from headway.local.paths import STATE_DB
 
-    book = UsageBook()
+    book = new_book()
     path = state_dir / STATE_DB
     if not path.exists():
         return book
@@ -271,14 +269,14 @@ def load_book(state_dir: Path) -> UsageBook:
         rows = con.execute(
             "SELECT user, name, state, gpus, start_time, end_time FROM jobs "
             "WHERE end_time IS NOT NULL AND state NOT IN ('PENDING', 'LAUNCHING', 'RUNNING') "
-            "ORDER BY end_time"
+            "ORDER BY end_time, id"
         ).fetchall()
     except sqlite3.Error:
         rows = []
     finally:
         con.close()
-    for user, name, state, gpus, start, end in rows:
-        book.add(user, name, state, float(gpus), start, float(end))
+    ended = [EndedRow(u, n, None, st, float(g), s, float(e)) for u, n, st, g, s, e in rows]
+    add_ended(book, ended, log_has_names=LOCAL_LOG_HAS_NAMES)
     return book
 
 

@@ -253,8 +253,10 @@ class JobViews:
             lines.append("not ranked yet (the next scheduling pass will rank it)")
             return out
         if job is not None and job.reason == "Held":
+            from headway.local.ordering import fail_streak
+
             book = getattr(self.core.planner, "book", None)
-            streak = book.fail_streak(job.user, job.name) if book is not None else 0
+            streak = fail_streak(book, job.user, job.name) if book is not None else 0
             lines.append(
                 f"held: {job.user}'s jobs named {job.name!r} failed {streak} times in a row with no success "
                 "since; it is ranked after the jobs that are not held until one of those completes"

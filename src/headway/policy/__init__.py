@@ -4,8 +4,8 @@
 `.decide(snapshot)` returns a Decision (jobs to start with their GPUs, jobs to preempt, the reservation).
 """
 
+from headway.policy.base import Policy
 from headway.policy.placement import PLACEMENTS, gang_size, max_nodes_for, place
-from headway.policy.policies import Policy
 from headway.policy.registry import (
     BASELINE,
     DEFAULT_COMPARISON,

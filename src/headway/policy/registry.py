@@ -2,25 +2,22 @@
 
 Each entry names a Policy class (its `name`, `oracle` and `uses_predictions` live on the class, so they
 are said once) and whether `headway simulate` compares it by default. The order here is the order every
-listing shows. Adding a policy: its class (a Policy subclass in its own module of policy/), one entry
-below, and its tests.
+listing shows. Adding a policy: its class (a Policy subclass in its own module of policy/, fifo.py
+the smallest example: `scores`, and the class variables saying its mode and whether it preempts or
+wakes), one entry below, and its tests.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from headway.policy.policies import (
-    Fifo,
-    FifoSkip,
-    Impact,
-    ImpactOracle,
-    Las,
-    Multifactor,
-    Policy,
-    Qssf,
-    SjfOracle,
-)
+from headway.policy.base import Policy
+from headway.policy.fifo import Fifo, FifoSkip
+from headway.policy.impact import Impact, ImpactOracle
+from headway.policy.las import Las
+from headway.policy.multifactor import Multifactor
+from headway.policy.qssf import Qssf
+from headway.policy.sjf import SjfOracle
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,8 +109,18 @@ class Snapshot:
     cluster: ClusterView
     users: Sequence[str]
     classes: Sequence[str]  # priority class names ("normal" where a job has none)
-    usage: F64  # [user] decayed GPU-seconds (fair share)
+    # [user] decayed GPU-seconds (fair share), or how to compute them on first read (`usage`): most
+    # passes rank a queue whose order needs no fair share, and they skip computing it.
+    usage_or_fn: F64 | Callable[[], F64]
     shares: F64  # [user] normalised shares (sum 1 over users)
+    _usage: list[F64] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def usage(self) -> F64:
+        if not self._usage:
+            u = self.usage_or_fn
+            self._usage.append(u() if callable(u) else u)
+        return self._usage[0]
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,6 @@ from headway.predict.features import (
 )
 from headway.predict.model import Predictor, TrainConfig, fallback_predictions
 
-BATCH_ROWS_FROM = 48  # new jobs in one call from which `RollingState.rows` beats one `row` per job
 ONLINE_CONFIG = TrainConfig(rounds=150, quantile_rounds=100, early_stopping=20, max_rows=100_000)
 
 
@@ -293,7 +292,7 @@ class OnlinePredictor:
         dict[str, int] | None,
     ]:
         """Design inputs for `jobs`: rows already taken are reused; new jobs get theirs in one batch
-        (`RollingState.rows`, the same numbers as one `row` call each, in order). Also the job id ->
+        (`RollingState.rows`, each job counted as a submission before the next is read). Also the job id ->
         position map of that batch when it is exactly `jobs` (all new, none twice), else None. `unseen`:
         the caller found none of `ids` in `_rows`."""
         n = len(jobs)
@@ -310,10 +309,7 @@ class OnlinePredictor:
         hist_new = None
         pos: dict[str, int] | None = None
         cols: dict[str, Sequence[Any]] = {}
-        if 0 < len(fresh) < BATCH_ROWS_FROM:  # a few jobs: one `row` each is cheaper than the batch setup
-            for jid, j in fresh.items():
-                known[jid] = self._row(j)
-        elif fresh:
+        if fresh:
             new = list(fresh.values())
             cols = _columns(new)
             hist_new = self.state.rows(

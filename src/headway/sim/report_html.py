@@ -56,18 +56,8 @@ def _figure(traces: list[dict[str, Any]], title: str, xaxis: dict[str, Any], yax
     return fig
 
 
-def render(
-    results: Sequence[SimResult],
-    metrics: Mapping[str, Mapping[str, MetricValue]],
-    *,
-    title: str,
-    subtitle: str = "",
-    notes: Sequence[str] = (),
-) -> str:
-    """The whole report as one HTML string; it loads nothing from the network."""
-    import plotly.io as pio
-    from plotly.offline import get_plotlyjs
-
+def _figures(results: Sequence[SimResult]) -> list[Any]:
+    """The six charts: two CDFs over jobs, four series over time, one line per policy."""
     cdf_tts, cdf_qd, util, pend, done, good = [], [], [], [], [], []
     for i, r in enumerate(results):
         colour = _COLOURS[i % len(_COLOURS)]
@@ -84,7 +74,7 @@ def render(
         pend.append({**common, "y": s.pending})
         done.append({**common, "y": s.completed_total})
         good.append({**common, "y": s.goodput_gpu_hours_total})
-    figs = [
+    return [
         _figure(
             cdf_tts,
             "Time to success (CDF of successful jobs' JCT)",
@@ -117,6 +107,21 @@ def render(
             {"title": "GPU-hours of successful jobs"},
         ),
     ]
+
+
+def render(
+    results: Sequence[SimResult],
+    metrics: Mapping[str, Mapping[str, MetricValue]],
+    *,
+    title: str,
+    subtitle: str = "",
+    notes: Sequence[str] = (),
+) -> str:
+    """The whole report as one HTML string; it loads nothing from the network."""
+    import plotly.io as pio
+    from plotly.offline import get_plotlyjs
+
+    figs = _figures(results)
     # Empty cells first, drawn by one script at the end: a chart drawn while its grid cell is the only one
     # takes the page's whole width, and the cell it ends up in then cuts it off.
     figure_json = ",".join(pio.to_json(f, validate=False) for f in figs).replace("</", "<\\/")

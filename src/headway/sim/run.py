@@ -12,6 +12,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from headway.policy.inputs import StreakKey, streak_key
 from headway.policy.placement import fits_empty, max_nodes_for
 from headway.policy.registry import get_policy
 from headway.predict.api import EndedJob, OnlinePredictor, Predictions, SubmittedJob
@@ -83,10 +84,11 @@ def _floats(col: pa.ChunkedArray) -> np.ndarray:
     )
 
 
-def _codes(col: pa.ChunkedArray) -> npt.NDArray[np.int64]:
-    """Each row's value as an integer code, equal codes for equal values; -1 for a null."""
+def _codes(col: pa.ChunkedArray) -> tuple[npt.NDArray[np.int64], list[Any]]:
+    """Each row's value as an integer code (-1 for a null), and the value of each code."""
     enc = pa.compute.dictionary_encode(col.combine_chunks() if col.num_chunks != 1 else col.chunk(0))
-    return np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    codes = np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    return codes, enc.dictionary.to_pylist()
 
 
 def _objects(col: pa.ChunkedArray) -> np.ndarray:
@@ -121,15 +123,29 @@ def prepare(
     """Job arrays (sorted by submit time, then source and job id; times in seconds from the first
     arrival), the hidden truth, what was left out and why, the natural load and the load after rescaling."""
     t = conform(jobs)
-    submit_raw = t.column("submit_time")
-    start_raw, end_raw = t.column("start_time"), t.column("end_time")
-    has_submit = np.asarray(submit_raw.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-    ran = np.asarray(
-        pa.compute.and_(start_raw.is_valid(), end_raw.is_valid()).to_numpy(zero_copy_only=False), dtype=bool
-    )
+    keep, counts = _replayable(t, include_cpu)
+    excluded = _too_big(t, spec, keep, counts)
+    counts = {k: v for k, v in counts.items() if v}
+    idx = np.flatnonzero(keep)
+    keys = t.select(["source", "job_id"]).take(pa.array(idx))
+    order = idx[submit_order(_seconds(t.column("submit_time").take(pa.array(idx))), keys)]
+    tt = t.take(pa.array(order))
+    submit = _seconds(tt.column("submit_time"))
+    runtime = np.maximum(_seconds(tt.column("end_time")) - _seconds(tt.column("start_time")), 0.0)
+    g = np.nan_to_num(_floats(tt.column("gpus")), nan=0.0)
+    epoch0 = float(submit[0]) if len(submit) else 0.0
+    rel, natural, final = _rescaled(submit - epoch0, g, runtime, float(spec.capacity_gpus), load)
+    arrays = _job_arrays(tt, rel, g, epoch0)
+    truth = Truth(runtime=runtime, state=_objects(tt.column("state")))
+    return arrays, truth, excluded, counts, natural, final
+
+
+def _replayable(t: pa.Table, include_cpu: bool) -> tuple[npt.NDArray[np.bool_], dict[str, int]]:
+    """The rows a replay can use, and how many were left out for each reason."""
+    has_submit = np.asarray(t.column("submit_time").is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    ran = pa.compute.and_(t.column("start_time").is_valid(), t.column("end_time").is_valid())
+    ran_a = np.asarray(ran.to_numpy(zero_copy_only=False), dtype=bool)
     raw_gpus = _floats(t.column("gpus"))
-    gpus = np.nan_to_num(raw_gpus, nan=0.0)
-    nodes = np.nan_to_num(_floats(t.column("nodes")), nan=1.0).astype(np.int64)
     counts: dict[str, int] = {}
     keep = ~_listed_again(t)
     counts[REPEATED] = int((~keep).sum())
@@ -138,18 +154,23 @@ def prepare(
     unknown_gpus = keep & np.isnan(raw_gpus)
     counts[NO_GPUS] = int(unknown_gpus.sum())
     keep &= ~unknown_gpus
-    never = keep & ~ran
-    counts[NEVER_RAN] = int(never.sum())
-    keep &= ran
-    cpu = keep & (gpus <= 0)
+    counts[NEVER_RAN] = int((keep & ~ran_a).sum())
+    keep &= ran_a
+    cpu = keep & (np.nan_to_num(raw_gpus, nan=0.0) <= 0)
     if not include_cpu:
         counts[CPU_ONLY] = int(cpu.sum())
         keep &= ~cpu
-    excluded: list[str] = []
+    return keep, counts
+
+
+def _too_big(
+    t: pa.Table, spec: ClusterSpec, keep: npt.NDArray[np.bool_], counts: dict[str, int]
+) -> list[str]:
+    """Leave out (in `keep`) the jobs the cluster could not hold even when empty; one line for each."""
+    gpus = np.nan_to_num(_floats(t.column("gpus")), nan=0.0)
+    nodes = np.nan_to_num(_floats(t.column("nodes")), nan=1.0).astype(np.int64)
     node_gpus = np.array([nd.gpus for nd in spec.nodes], dtype=np.int64)
-    max_gpn = spec.max_node_gpus
-    big = 0
-    cap_total = spec.capacity_gpus
+    max_gpn, cap_total = spec.max_node_gpus, spec.capacity_gpus
     # One verdict per distinct (GPUs, nodes) request: a million jobs ask for a few dozen shapes.
     asks = np.flatnonzero(keep & (gpus > 0))
     # (GPUs, nodes) as one complex key: np.unique of a 1-D array, ten times faster than by rows.
@@ -160,6 +181,7 @@ def prepare(
         m = max_nodes_for(g_s, int(n_s), max_gpn)
         span_of.append(m)
         too_big[s_i] = not (g_s <= cap_total and fits_empty(node_gpus, g_s, m))
+    excluded: list[str] = []
     if too_big.any():
         ids = t.column("job_id").to_pylist()
         for i, s_i in zip(asks.tolist(), shape_of.reshape(-1).tolist(), strict=True):
@@ -169,69 +191,56 @@ def prepare(
                     f"{cap_total} GPUs ({max_gpn} per node at most)"
                 )
                 keep[i] = False
-                big += 1
-    counts[TOO_BIG] = big
-    counts = {k: v for k, v in counts.items() if v}
-    idx = np.flatnonzero(keep)
-    keys = t.select(["source", "job_id"]).take(pa.array(idx))
-    order = idx[submit_order(_seconds(submit_raw.take(pa.array(idx))), keys)]
-    tt = t.take(pa.array(order))
-    submit = _seconds(tt.column("submit_time"))
-    runtime = np.maximum(_seconds(tt.column("end_time")) - _seconds(tt.column("start_time")), 0.0)
-    g = np.nan_to_num(_floats(tt.column("gpus")), nan=0.0)
-    epoch0 = float(submit[0]) if len(submit) else 0.0
-    rel = submit - epoch0
+    counts[TOO_BIG] = len(excluded)
+    return excluded
+
+
+def _rescaled(
+    rel: npt.NDArray[np.float64],
+    g: npt.NDArray[np.float64],
+    runtime: npt.NDArray[np.float64],
+    cap: float,
+    load: float | None,
+) -> tuple[npt.NDArray[np.float64], float, float]:
+    """Arrival times stretched so offered GPU-hours / capacity = `load` (None: as they are), the natural
+    load and the load after."""
     span = float(rel[-1]) if len(rel) else 0.0
-    cap = float(spec.capacity_gpus)
     offered = float((g * runtime).sum())
     # No arrival rate (every job submitted in the same second, or none ran): no offered load to speak of.
     natural = offered / (cap * span) if span > 0 and cap > 0 and offered > 0 else math.nan
-    final = natural
-    if load is not None:
-        if not load > 0 or not math.isfinite(load):
-            raise ValueError("load must be a positive number")
-        if len(rel) and math.isnan(natural):
-            raise ValueError(
-                "--load cannot rescale this trace: "
-                + (
-                    "every job was submitted in the same second, so it has no arrival rate to stretch"
-                    if span <= 0
-                    else "its jobs offer no GPU-hours (they ask for no GPUs, or none ran for any time)"
-                )
-            )
-        if len(rel):
-            rel = rel * (natural / load)
-            final = load
+    if load is None:
+        return rel, natural, natural
+    if not load > 0 or not math.isfinite(load):
+        raise ValueError("load must be a positive number")
+    if not len(rel):
+        return rel, natural, natural
+    if math.isnan(natural):
+        why = (
+            "every job was submitted in the same second, so it has no arrival rate to stretch"
+            if span <= 0
+            else "its jobs offer no GPU-hours (they ask for no GPUs, or none ran for any time)"
+        )
+        raise ValueError(f"--load cannot rescale this trace: {why}")
+    return rel * (natural / load), natural, load
+
+
+def _job_arrays(
+    tt: pa.Table, rel: npt.NDArray[np.float64], g: npt.NDArray[np.float64], epoch0: float
+) -> JobArrays:
     users_raw = [u if u is not None else UNKNOWN_USER for u in tt.column("user").to_pylist()]
     user_names = sorted(set(users_raw))
     ucode = {u: i for i, u in enumerate(user_names)}
     classes_raw = [c if c else "normal" for c in tt.column("priority_class").to_pylist()]
     class_names = sorted(set(classes_raw)) or ["normal"]
     ccode = {c: i for i, c in enumerate(class_names)}
-    names = tt.column("name").to_pylist()
     user_codes = np.array([ucode[u] for u in users_raw], dtype=np.int64)
-    # The repeat-failure hold's key: user + job name; in a log without names (Philly), user + group, as
-    # the audit counts repeats; nothing to key on (no name, no group) means no hold. Keys are numbered
-    # from integer codes (a million jobs: no tuple per job); only which jobs share a key matters.
-    nm_code, gr_code = _codes(tt.column("name")), _codes(tt.column("group"))
-    width = max(int(nm_code.max(initial=0)), int(gr_code.max(initial=0))) + 1
-    by_group = (nm_code < 0) & (gr_code >= 0)
-    if UNKNOWN_USER in ucode:
-        by_group &= user_codes != ucode[UNKNOWN_USER]
-    raw_key = np.where(
-        nm_code >= 0,
-        user_codes * (2 * width) + nm_code,
-        np.where(by_group, user_codes * (2 * width) + width + gr_code, -1),
-    )
-    name_key = np.full(len(raw_key), -1, dtype=np.int64)
-    keyed = raw_key >= 0
-    name_key[keyed] = np.unique(raw_key[keyed], return_inverse=True)[1].reshape(-1)
-    arrays = JobArrays(
+    streak, streak_keys = _streak_keys(tt, user_codes, user_names)
+    return JobArrays(
         job_id=_objects(tt.column("job_id")),
         user=user_codes,
         group=_objects(tt.column("group")),
-        name=np.asarray(names, dtype=object),
-        name_key=name_key,
+        name=_objects(tt.column("name")),
+        streak_key=streak,
         klass=np.array([ccode[c] for c in classes_raw], dtype=np.int64),
         partition=_objects(tt.column("partition")),
         submit=rel.astype(np.float64),
@@ -241,9 +250,34 @@ def prepare(
         users=user_names,
         classes=class_names,
         epoch0=epoch0,
+        streak_keys=streak_keys,
     )
-    truth = Truth(runtime=runtime, state=_objects(tt.column("state")))
-    return arrays, truth, excluded, counts, natural, final
+
+
+def _streak_keys(
+    tt: pa.Table, user_codes: npt.NDArray[np.int64], user_names: list[str]
+) -> tuple[npt.NDArray[np.int64], list[StreakKey]]:
+    """Each job's failure-streak key (`policy.inputs.streak_key`, the rule the hold and the audit share),
+    as an index into the distinct keys. The rule is applied once per distinct (user, name, group): a
+    million jobs have a few thousand."""
+    (nm_code, nm_l), (gr_code, gr_l) = _codes(tt.column("name")), _codes(tt.column("group"))
+    log_has_names = (nm_code >= 0).any() or (gr_code >= 0).any()
+    triples = (
+        np.stack([user_codes, nm_code, gr_code], axis=1) if len(user_codes) else np.zeros((0, 3), np.int64)
+    )
+    distinct, of = np.unique(triples, axis=0, return_inverse=True)
+    keys: list[StreakKey] = []
+    index: dict[StreakKey, int] = {}
+    code = np.full(len(distinct), -1, dtype=np.int64)
+    for i, (u, nm, gr) in enumerate(distinct.tolist()):
+        user = user_names[u]
+        name, group = (nm_l[nm] if nm >= 0 else None), (gr_l[gr] if gr >= 0 else None)
+        k = streak_key(None if user == UNKNOWN_USER else user, name, group, log_has_names=bool(log_has_names))
+        if k is not None:
+            code[i] = index.setdefault(k, len(keys))
+            if code[i] == len(keys):
+                keys.append(k)
+    return code[of.reshape(-1)], keys
 
 
 def run_simulation(

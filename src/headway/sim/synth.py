@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -175,8 +176,37 @@ def generate(
         p = replace(p, mean_interarrival_s=mean_interarrival_s)
     rng = np.random.default_rng(seed)
     t0 = start or dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    # The steps draw from `rng` in this order; the same seed gives the same table only if it stays so.
+    burst_of, submit = _submissions(rng, p, n)
+    activity, user, gpus, pclass, name_idx = _burst_traits(rng, p, users, burst_of)
+    failed, early, runtime = _outcomes(rng, p, activity, user)
+    limit, runtime, state, exit_code = _time_limits(rng, p, runtime, failed, early)
+    wait = np.round(rng.lognormal(np.log(60.0), 1.5, n))  # a logged wait (the simulator computes its own)
+    jobs = _Jobs(user, gpus, pclass, name_idx, submit, wait, runtime, limit, state, exit_code)
+    return _table(jobs, users, t0, source)
 
-    # Bursts: geometric sizes; each job of a burst shares its user, name, GPUs and priority class.
+
+@dataclass(frozen=True, slots=True)
+class _Jobs:
+    """The generated jobs' columns, in generation order."""
+
+    user: npt.NDArray[np.int64]  # user index
+    gpus: npt.NDArray[np.float64]
+    pclass: npt.NDArray[np.int64]  # index into _CLASSES
+    name_idx: npt.NDArray[np.int64]  # the user's n-th recurring job name
+    submit: npt.NDArray[np.float64]  # seconds from the start
+    wait: npt.NDArray[np.float64]
+    runtime: npt.NDArray[np.float64]
+    limit: npt.NDArray[np.int64]
+    state: npt.NDArray[np.int64]  # index into _STATES
+    exit_code: npt.NDArray[np.int32]
+
+
+def _submissions(
+    rng: np.random.Generator, p: Profile, n: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """(burst of each job, submit seconds): geometric burst sizes, bursts as a Poisson process whose rate
+    gives the profile's mean inter-arrival time per job, jobs of a burst seconds apart."""
     sizes = rng.geometric(1.0 / max(p.burst_mean, 1.0), size=max(n, 1))
     ends = np.cumsum(sizes)
     n_bursts = int(np.searchsorted(ends, n) + 1) if n else 0
@@ -192,11 +222,17 @@ def generate(
     in_gap[first_of_burst] = 0.0
     csum = np.cumsum(in_gap)
     offset = csum - csum[first_of_burst][burst_of] if n else csum
-    submit = burst_t[burst_of] + offset
+    return burst_of, burst_t[burst_of] + offset
 
+
+def _burst_traits(
+    rng: np.random.Generator, p: Profile, users: int, burst_of: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[Any], ...]:
+    """(users' activity weights, then per job: user, GPUs, priority class, name index). A burst's jobs
+    share all four, but for the profile's share of fractional GPUs, drawn per job."""
+    n, n_bursts = len(burst_of), int(burst_of[-1]) + 1 if len(burst_of) else 0
     activity = rng.lognormal(0.0, p.user_activity_sigma, users)
     burst_user = rng.choice(users, size=n_bursts, p=activity / activity.sum())
-    user = burst_user[burst_of]
     gpu_sizes, gpu_w = _gpu_sizes(p)
     gpus = gpu_sizes[rng.choice(len(gpu_sizes), size=n_bursts, p=gpu_w)][burst_of]
     if p.fractional_share > 0:
@@ -205,9 +241,16 @@ def generate(
     cls_w = np.array(p.class_weights) / sum(p.class_weights)
     pclass = rng.choice(len(_CLASSES), size=n_bursts, p=cls_w)[burst_of]
     name_idx = rng.geometric(0.3, size=n_bursts)[burst_of]  # a few recurring names per user
+    return activity, burst_user[burst_of], gpus, pclass, name_idx
 
-    # Outcomes: per-user propensity, early vs late failures, heavy-tailed successful runtimes.
-    propensity = _calibrated(rng.beta(*p.fail_beta, size=users), activity, p.calibration.failed_share)
+
+def _outcomes(
+    rng: np.random.Generator, p: Profile, activity: npt.NDArray[np.float64], user: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
+    """(failed, failed early, runtime): failures from a per-user propensity, early (minutes) or late;
+    heavy-tailed successful runtimes."""
+    n = len(user)
+    propensity = _calibrated(rng.beta(*p.fail_beta, size=len(activity)), activity, p.calibration.failed_share)
     failed = rng.random(n) < propensity[user]
     early = failed & (rng.random(n) < p.early_failure_share)
     late = failed & ~early
@@ -219,9 +262,21 @@ def generate(
     body = rng.lognormal(np.log(p.passed_median_s), p.passed_sigma, n_pass)
     tail = p.passed_median_s * (1.0 + rng.pareto(p.pareto_alpha, n_pass))
     runtime[passed] = np.where(rng.random(n_pass) < p.pareto_share, tail, body)
-    runtime = np.clip(np.round(runtime), p.min_runtime_s, p.max_runtime_s)
+    return failed, early, np.clip(np.round(runtime), p.min_runtime_s, p.max_runtime_s)
 
-    # Time limits: the runtime padded by 1.2-4x, rounded up to a usual value; late timeouts hit theirs.
+
+def _time_limits(
+    rng: np.random.Generator,
+    p: Profile,
+    runtime: npt.NDArray[np.float64],
+    failed: npt.NDArray[np.bool_],
+    early: npt.NDArray[np.bool_],
+) -> tuple[npt.NDArray[Any], ...]:
+    """(time limit, runtime, state, exit code): the runtime padded by 1.2-4x, rounded up to a usual limit;
+    a share of late failures are timeouts that hit theirs (their runtime becomes it), a share of early
+    ones out-of-memory kills."""
+    n = len(runtime)
+    late = failed & ~early
     padded = runtime * rng.uniform(1.2, 4.0, n)
     li = np.minimum(np.searchsorted(_LIMITS, padded), len(_LIMITS) - 1)
     limit = _LIMITS[li].astype(np.int64)
@@ -229,50 +284,49 @@ def generate(
     limit = np.where(timeout, _LIMITS[np.maximum(np.searchsorted(_LIMITS, runtime) - 1, 0)], limit)
     runtime = np.where(timeout, limit.astype(np.float64), np.minimum(runtime, limit))
     oom = early & (rng.random(n) < p.oom_share)
-
     # State codes index _STATES: 0 COMPLETED, 1 FAILED, 2 OUT_OF_MEMORY, 3 TIMEOUT.
     state = np.zeros(n, dtype=np.int64)
     state[failed] = 1
     state[oom] = 2
     state[timeout] = 3
-    exit_code = np.where(passed, 0, np.where(oom, 137, np.where(timeout, 0, 1))).astype(np.int32)
+    exit_code = np.where(~failed, 0, np.where(oom, 137, np.where(timeout, 0, 1))).astype(np.int32)
+    return limit, runtime, state, exit_code
 
-    # A logged wait (the simulator computes its own): short, heavy-tailed.
-    wait = np.round(rng.lognormal(np.log(60.0), 1.5, n))
-    order = np.argsort(submit, kind="stable")
+
+def _table(j: _Jobs, users: int, t0: dt.datetime, source: str) -> pa.Table:
+    """The jobs as a JOB_SCHEMA table in submit order, with user, group, job and name strings."""
+    n = len(j.user)
+    order = np.argsort(j.submit, kind="stable")
     base_us = int(t0.timestamp() * 1_000_000)
-    sub_us = base_us + np.round(submit * 1e6).astype(np.int64)
-    start_us = sub_us + (wait * 1e6).astype(np.int64)
-    end_us = start_us + (runtime * 1e6).astype(np.int64)
+    sub_us = base_us + np.round(j.submit * 1e6).astype(np.int64)
+    start_us = sub_us + (j.wait * 1e6).astype(np.int64)
+    end_us = start_us + (j.runtime * 1e6).astype(np.int64)
+    user, gpus = j.user[order], j.gpus[order]
 
     width = max(len(str(users - 1)), 3)
     user_names = pa.array([f"user{u:0{width}d}" for u in range(users)])
     group_names = pa.array([f"team{u % max(users // 8, 1):02d}" for u in range(users)])
-    user_col = pc.take(user_names, pa.array(user[order]))
-    group_col = pc.take(group_names, pa.array(user[order]))
     as_str = lambda a: pc.cast(pa.array(a), pa.string())  # noqa: E731 (C++ int->str, fast)
-    names = pc.binary_join_element_wise("job-u", as_str(user[order]), as_str(name_idx[order]), "-")
+    names = pc.binary_join_element_wise("job-u", as_str(user), as_str(j.name_idx[order]), "-")
     names = pc.replace_substring(names, "job-u-", "job-u")
-    ids = pc.binary_join_element_wise(f"{source}", as_str(np.arange(1, n + 1)), "-")
     ts = pa.timestamp("us", tz="UTC")
-    nodes = np.maximum(np.ceil(gpus / 8.0), 1).astype(np.int32)
     cols = {
-        "job_id": ids,
-        "user": user_col,
-        "group": group_col,
+        "job_id": pc.binary_join_element_wise(f"{source}", as_str(np.arange(1, n + 1)), "-"),
+        "user": pc.take(user_names, pa.array(user)),
+        "group": pc.take(group_names, pa.array(user)),
         "name": names,
         "partition": pa.repeat(pa.scalar("gpu"), n),
-        "priority_class": pc.take(_CLASSES, pa.array(pclass[order])),
+        "priority_class": pc.take(_CLASSES, pa.array(j.pclass[order])),
         "submit_time": pa.array(sub_us[order], ts),
         "start_time": pa.array(start_us[order], ts),
         "end_time": pa.array(end_us[order], ts),
-        "gpus": pa.array(gpus[order], pa.float64()),
-        "nodes": pa.array(nodes[order], pa.int32()),
-        "cpus": pa.array((np.ceil(gpus[order]) * 8).astype(np.int64), pa.int64()),
-        "mem_mb": pa.array((np.ceil(gpus[order]) * 64_000).astype(np.int64), pa.int64()),
-        "time_limit": pa.array(limit[order], pa.int64()),
-        "state": pc.take(_STATES, pa.array(state[order])),
-        "exit_code": pa.array(exit_code[order], pa.int32()),
+        "gpus": pa.array(gpus, pa.float64()),
+        "nodes": pa.array(np.maximum(np.ceil(gpus / 8.0), 1).astype(np.int32), pa.int32()),
+        "cpus": pa.array((np.ceil(gpus) * 8).astype(np.int64), pa.int64()),
+        "mem_mb": pa.array((np.ceil(gpus) * 64_000).astype(np.int64), pa.int64()),
+        "time_limit": pa.array(j.limit[order], pa.int64()),
+        "state": pc.take(_STATES, pa.array(j.state[order])),
+        "exit_code": pa.array(j.exit_code[order], pa.int32()),
         "source": pa.repeat(pa.scalar(source), n),
     }
     return pa.Table.from_pydict(cols, schema=JOB_SCHEMA)

@@ -23,9 +23,18 @@ from pathlib import Path
 import numpy as np
 
 from headway.humanize import dur
-from headway.policy.snapshot import FULL_SHARE, ClusterView, PendingJobs, Ranking, RunningJobs, Snapshot
+from headway.policy.inputs import (
+    EndedRow,
+    PendingRow,
+    PolicyBook,
+    RunningRow,
+    add_ended,
+    pending_columns,
+    running_jobs,
+)
+from headway.policy.snapshot import FULL_SHARE, ClusterView, Ranking, Snapshot
 from headway.predict.api import EndedJob, OnlinePredictor, Predictions, SubmittedJob
-from headway.schema import OUTCOME_OF, OWN_FAILURE_STATES, JobRecord, Outcome, State, natural_key
+from headway.schema import OUTCOME_OF, JobRecord, Outcome, natural_key
 from headway.slurm.queue import (
     SINFO_ARGS,
     NodeGpus,
@@ -47,7 +56,6 @@ from headway.slurm.sitefactor import (
     write_counts,
 )
 
-HALF_LIFE_S = 7 * 86400.0  # Slurm's default PriorityDecayHalfLife, for fair-share usage
 HISTORY_MARGIN_S = 600.0  # re-read this much before the last history read (late accounting records)
 
 PredictorFactory = Callable[[], OnlinePredictor]
@@ -351,33 +359,85 @@ class History:
         return new
 
 
-def fail_streaks(history: Sequence[JobRecord]) -> dict[tuple[str | None, str | None], int]:
-    """Per (user, name): the user's own failures in a row at the end of its history, with no success
-    since (node failures neither count nor break a streak: `OWN_FAILURE_STATES`)."""
-    streak: dict[tuple[str | None, str | None], int] = {}
-    for r in sorted(history, key=lambda r: (r.end_time is None, r.end_time)):
-        key = (r.user, r.name)
-        if r.state is State.COMPLETED:
-            streak[key] = 0
-        elif r.state.value in OWN_FAILURE_STATES:
-            streak[key] = streak.get(key, 0) + 1
-    return streak
-
-
-def decayed_usage(history: Sequence[JobRecord], running: Sequence[QueueJob], now: float) -> dict[str, float]:
-    """GPU-seconds per user, halved every HALF_LIFE_S (Slurm-style decay), running jobs included."""
-    usage: dict[str, float] = {}
-    for r in history:
-        rt, end = r.runtime, _epoch(r.end_time)
-        if r.user is None or rt is None or end is None:
-            continue
-        usage[r.user] = usage.get(r.user, 0.0) + float(r.gpus or 0.0) * max(rt, 0.0) * math.exp2(
-            -max(now - end, 0.0) / HALF_LIFE_S
+def _ended_rows(history: Sequence[JobRecord]) -> list[EndedRow]:
+    """The history's ended jobs in end order (ties in Slurm's numbering), as the shared book reads them."""
+    done = sorted(
+        ((r, r.end_time) for r in history if r.end_time is not None),
+        key=lambda re: (re[1], natural_key(re[0].job_id)),
+    )
+    return [
+        EndedRow(
+            r.user or "",
+            r.name,
+            r.group,
+            r.state.value,
+            float(r.gpus or 0.0),
+            _epoch(r.start_time),
+            end.timestamp(),
         )
-    for j in running:
-        if j.user is not None and j.start_time is not None:
-            usage[j.user] = usage.get(j.user, 0.0) + j.gpus * max(now - j.start_time, 0.0)
-    return usage
+        for r, end in done
+    ]
+
+
+def _cluster(nodes: Sequence[NodeGpus]) -> ClusterView:
+    """Slurm's nodes as the policy sees them: each node's free GPUs whole, the rest busy (racks unknown)."""
+    node_gpus = np.array([n.gpus for n in nodes], dtype=np.int64)
+    max_gpus = int(node_gpus.max()) if len(node_gpus) else 0
+    share = np.full((len(nodes), max(max_gpus, 1)), -1, dtype=np.int64)
+    owner = np.full_like(share, -2)
+    for i, n in enumerate(nodes):
+        share[i, : n.gpus] = 0
+        share[i, : n.gpus - n.used] = FULL_SHARE
+        owner[i, : n.gpus - n.used] = -1
+    free = np.array([n.gpus - n.used for n in nodes], dtype=np.int64)
+    return ClusterView(share, free, owner, node_gpus, np.zeros(len(nodes), dtype=np.int64), 1)
+
+
+def _limit(j: QueueJob) -> float:
+    return j.time_limit if j.time_limit is not None else math.nan
+
+
+def _pending_rows(pending: Sequence[QueueJob], pred: Predictions, max_gpus: int) -> list[PendingRow]:
+    from headway.policy.placement import max_nodes_for
+
+    return [
+        PendingRow(
+            key=i,
+            job_id=j.job_id,
+            user=j.user or "",
+            name=j.name,
+            group=j.account,
+            klass=j.qos or "normal",
+            submit=j.submit_time,
+            gpus=j.gpus,
+            max_nodes=max_nodes_for(j.gpus, j.nodes, max_gpus),
+            time_limit=_limit(j),
+            p_success=float(pred.p_success[i]),
+            runtime=float(pred.runtime[i]),
+            runtime_p90=float(pred.runtime_p90[i]),
+            time_to_failure=float(pred.time_to_failure[i]),
+        )
+        for i, j in enumerate(pending)
+    ]
+
+
+def _running_rows(
+    running: Sequence[QueueJob], pred: Predictions, first_key: int, now: float
+) -> list[RunningRow]:
+    return [
+        RunningRow(
+            key=first_key + i,
+            job_id=j.job_id,
+            user=j.user or "",
+            klass=j.qos or "normal",
+            gpus=j.gpus,
+            start=j.start_time if j.start_time is not None else now,
+            time_limit=_limit(j),
+            runtime=float(pred.runtime[i]),
+            runtime_p90=float(pred.runtime_p90[i]),
+        )
+        for i, j in enumerate(running)
+    ]
 
 
 def build_snapshot(
@@ -390,71 +450,23 @@ def build_snapshot(
     now: float,
     seq: int,
 ) -> Snapshot:
-    """The policy core's read-only view of a live Slurm cluster (racks unknown: one rack)."""
-    from headway.policy.placement import max_nodes_for
-
-    users = sorted({j.user or "" for j in (*pending, *running)} | {r.user or "" for r in history})
-    uidx = {u: i for i, u in enumerate(users)}
+    """The policy core's read-only view of a live Slurm cluster, built as the simulator and the local
+    queue build theirs (policy/inputs.py): a `PolicyBook` fed with the history in end order, then the
+    queue's jobs. The book is built afresh each pass: sacct may rewrite a job it reported before."""
     classes = sorted({j.qos or "normal" for j in (*pending, *running)}) or ["normal"]
-    cidx = {c: i for i, c in enumerate(classes)}
-    node_gpus = np.array([n.gpus for n in nodes], dtype=np.int64)
-    max_gpus = int(node_gpus.max()) if len(node_gpus) else 0
-    share = np.full((len(nodes), max(max_gpus, 1)), -1, dtype=np.int64)
-    owner = np.full_like(share, -2)
-    for i, n in enumerate(nodes):
-        share[i, : n.gpus] = 0
-        share[i, : n.gpus - n.used] = FULL_SHARE
-        owner[i, : n.gpus - n.used] = -1
-    free = np.array([n.gpus - n.used for n in nodes], dtype=np.int64)
-    view = ClusterView(share, free, owner, node_gpus, np.zeros(len(nodes), dtype=np.int64), 1)
-
-    def limit(js: Sequence[QueueJob]) -> np.ndarray:
-        return np.array([j.time_limit if j.time_limit is not None else np.nan for j in js], dtype=np.float64)
-
-    streaks = fail_streaks(history)
-    usage = decayed_usage(history, running, now)
-    pend = PendingJobs(
-        key=np.arange(len(pending), dtype=np.int64),
-        job_id=np.array([j.job_id for j in pending], dtype=object),
-        user=np.array([uidx[j.user or ""] for j in pending], dtype=np.int64),
-        klass=np.array([cidx[j.qos or "normal"] for j in pending], dtype=np.int64),
-        submit=np.array([j.submit_time for j in pending], dtype=np.float64),
-        gpus=np.array([j.gpus for j in pending], dtype=np.float64),
-        max_nodes=np.array([max_nodes_for(j.gpus, j.nodes, max_gpus) for j in pending], dtype=np.int64),
-        time_limit=limit(pending),
-        p_success=np.asarray(pred_pending.p_success, dtype=np.float64),
-        runtime=np.asarray(pred_pending.runtime, dtype=np.float64),
-        runtime_p90=np.asarray(pred_pending.runtime_p90, dtype=np.float64),
-        time_to_failure=np.asarray(pred_pending.time_to_failure, dtype=np.float64),
-        attained=np.zeros(len(pending), dtype=np.float64),
-        last_stop=np.array([j.submit_time for j in pending], dtype=np.float64),
-        fail_streak=np.array([streaks.get((j.user, j.name), 0) for j in pending], dtype=np.int64),
+    # A job is keyed by user and name, else user and account; by user alone only where no job of the
+    # history or the queue has a name or an account (`streak_key`), as the audit keys its repeat failures.
+    log_has_names = any(r.name or r.group for r in history) or any(
+        j.name or j.account for j in (*pending, *running)
     )
-    run = RunningJobs(
-        key=np.arange(len(pending), len(pending) + len(running), dtype=np.int64),
-        job_id=np.array([j.job_id for j in running], dtype=object),
-        user=np.array([uidx[j.user or ""] for j in running], dtype=np.int64),
-        klass=np.array([cidx[j.qos or "normal"] for j in running], dtype=np.int64),
-        gpus=np.array([j.gpus for j in running], dtype=np.float64),
-        start=np.array([j.start_time or now for j in running], dtype=np.float64),
-        time_limit=limit(running),
-        runtime=np.asarray(pred_running.runtime, dtype=np.float64),
-        runtime_p90=np.asarray(pred_running.runtime_p90, dtype=np.float64),
-        attained=np.zeros(len(running), dtype=np.float64),
-        preemptible=np.zeros(len(running), dtype=bool),
+    book = PolicyBook.new(classes)
+    add_ended(book, _ended_rows(history), log_has_names=log_has_names)
+    view = _cluster(nodes)
+    cols = pending_columns(
+        book, _pending_rows(pending, pred_pending, view.max_node_gpus), log_has_names=log_has_names
     )
-    n_users = max(len(users), 1)
-    return Snapshot(
-        now=now,
-        seq=seq,
-        pending=pend,
-        running=run,
-        cluster=view,
-        users=users,
-        classes=classes,
-        usage=np.array([usage.get(u, 0.0) for u in users], dtype=np.float64),
-        shares=np.full(len(users), 1.0 / n_users, dtype=np.float64),
-    )
+    run = running_jobs(book, _running_rows(running, pred_running, len(pending), now))
+    return book.snapshot(now, seq, cols, run, view, running_in_ledger=False)
 
 
 class SlurmSync:
