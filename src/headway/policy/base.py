@@ -422,13 +422,12 @@ class _Pass:
             return self.index.place_sized(how, self.gpus_l[pos], w, self.milli_l[pos], m)
         if w > 0:
             return self.spare_index.place_sized(how, self.gpus_l[pos], w, 0, m)
+        # A share that runs past the reservation may not land on a GPU the plan counts on (free by its
+        # start) on a node without slack: shown as full to the placement.
         sh = self.share()
-        if w == 0:
-            # A share that runs past the reservation may not land on a GPU the plan counts on (free
-            # by its start) on a node without slack: shown as full to `place`.
-            blocked = self.counted & (self.slack <= 0)[:, None]
-            if blocked.any():
-                sh = np.where(blocked, 0, sh)
+        blocked = self.counted & (self.slack <= 0)[:, None]
+        if blocked.any():
+            sh = np.where(blocked, 0, sh)
         self.spare_index.reshare(sh)
         return self.spare_index.place_sized(how, self.gpus_l[pos], w, self.milli_l[pos], m)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from headway.policy.base import Policy
+from headway.policy.fairshare import FairShare
 from headway.policy.fifo import Fifo, FifoSkip
 from headway.policy.impact import Impact, ImpactOracle
 from headway.policy.las import Las
@@ -46,6 +47,7 @@ REGISTRY: tuple[Registered, ...] = (
     Registered(SjfOracle),
     Registered(FifoSkip),
     Registered(ImpactOracle),
+    Registered(FairShare),
 )
 POLICIES: dict[str, type[Policy]] = {r.name: r.cls for r in REGISTRY}
 # What a live queue can run: an oracle needs the truth, which only a replay has.
