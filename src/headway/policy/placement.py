@@ -295,11 +295,6 @@ class FreeIndex:
         caller hides some GPUs): the partly used GPUs are found again at the next fractional job."""
         self.share, self._partial, self._zero_full = share, None, []
 
-    @staticmethod
-    def supports(node_gpus: I64) -> bool:
-        """Every cluster (kept for callers that still ask)."""
-        return True
-
     # --- the structures, built on first use ------------------------------------------------------
     def _alias(self, base: FreeIndex) -> None:
         self.ff, self.heaps, self.tops, self.rf_l = base.ff, base.heaps, base.tops, base.rf_l
@@ -739,17 +734,8 @@ class FreeIndex:
                 assert any(e & mask == n for e in current), (f, n)
 
 
-LiveIndex = FreeIndex  # the name ClusterView.index is typed with
-
-
 def scratch_index(view: ClusterView) -> FreeIndex:
     """A pass's scratch free GPUs over the view (copied on the first `take`; see `Policy.decide`)."""
-    if view.index is not None:
+    if isinstance(view.index, FreeIndex):
         return view.index.scratch(view.free, view.share)
     return FreeIndex(view.free, view.rack, view.n_racks, view.share, copy_on_write=True)
-
-
-def place_fresh(view: ClusterView, how: str, gpus: float, max_nodes: int) -> Allocation | None:
-    """A pass's first placement on `view`: `place` on its scratch index (`Policy.place_one` and the
-    simulator ask it at most arrivals)."""
-    return scratch_index(view).place(how, gpus, max_nodes)

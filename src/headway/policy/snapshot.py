@@ -9,13 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-
-if TYPE_CHECKING:
-    from headway.policy.placement import LiveIndex
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -85,7 +81,7 @@ class ClusterView:
     rack_free: I64 | None = None
     # The one-node placements of `free`, kept current by the same caller: a pass's first placement reads
     # it instead of scanning every node. None: the pass works from the arrays alone.
-    index: LiveIndex | None = None
+    index: object | None = None  # a `placement.FreeIndex` (typed loosely: placement imports this module)
     # Running key -> (node, gpu) of every running fractional job, kept current by the caller: a shared
     # GPU is free again when its last sharer ends, which a reservation needs to know. None: a shared GPU
     # is taken to stay busy (no reservation counts on it).

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from headway.policy.inputs import PendingColumns, PolicyBook
-from headway.policy.placement import LiveIndex
+from headway.policy.placement import FreeIndex
 from headway.policy.snapshot import (
     F64,
     FULL_SHARE,
@@ -233,7 +233,7 @@ class SimState:
         self.rack_free_a, self.rack_free = shared(
             np.bincount(C.rack, weights=C.free, minlength=C.n_racks).astype(np.int64)
         )
-        self.index = LiveIndex(C.free, C.rack, C.n_racks)
+        self.index = FreeIndex(C.free, C.rack, C.n_racks)  # kept live: set_free after every change
         self._free = C.free.reshape(-1).data.cast("B").cast("q")  # plain-int reads of C.free
         cv = C.view()
         self.view = ClusterView(
