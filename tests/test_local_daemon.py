@@ -95,7 +95,14 @@ def test_cli_json_lists_pending_and_running_then_history_lists_ended(
     assert sub.returncode == 0, sub.stderr
     long_id = json.loads(sub.stdout)["id"]
     waiting = d.submit(["true"], name="waiting")
-    wait_until(lambda: d.ask({"op": "queue"})["jobs"][0]["state"] == "RUNNING", 20, "the long job to run")
+
+    def ranked() -> bool:
+        """The long job runs and a pass has ranked the one that waits (it came after the pass that
+        started the long job)."""
+        jobs = d.ask({"op": "queue"})["jobs"]
+        return jobs[0]["state"] == "RUNNING" and len(jobs) == 2 and jobs[1].get("rank") == 1
+
+    wait_until(ranked, 20, "the long job to run and the waiting one to be ranked")
     q = cli("queue", "--json", state_dir=d.state_dir)
     assert q.returncode == 0, q.stderr
     rows = json.loads(q.stdout)
