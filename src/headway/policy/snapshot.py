@@ -76,11 +76,8 @@ class ClusterView:
     node_gpus: I64  # [node] GPUs on the node
     rack: I64  # [node] rack (switch) index
     n_racks: int
-    # [rack] whole free GPUs, kept current by a caller that updates it in place (the simulator): saves a
-    # policy pass the bincount over every node. None: the policy computes it.
-    rack_free: I64 | None = None
-    # The one-node placements of `free`, kept current by the same caller: a pass's first placement reads
-    # it instead of scanning every node. None: the pass works from the arrays alone.
+    # The placement index over `free`, kept current by a caller that changes it in place (the
+    # simulator): a pass plans on a copy-on-write scratch of it. None: the pass builds one.
     index: object | None = None  # a `placement.FreeIndex` (typed loosely: placement imports this module)
     # Running key -> (node, gpu) of every running fractional job, kept current by the caller: a shared
     # GPU is free again when its last sharer ends, which a reservation needs to know. None: a shared GPU

@@ -86,17 +86,8 @@ class EventQueue:
         return t, WakeUp(asks)
 
     def pop_at(self, now: float) -> Event | None:
-        """The next event if it is at `now` (None: the instant is over), as `peek` then `pop`."""
-        heap = self._heap
-        n = self._next
-        t_arr = self._submit[n] if n < len(self._submit) else math.inf
-        if heap and heap[0][0] == now and (t_arr != now or heap[0][1] == END):
-            return self.pop()[1]
-        if t_arr == now:
-            self._next = n + 1
-            self.popped += 1
-            return Arrival(n)
-        return self.pop()[1] if heap and heap[0][0] == now else None
+        """The next event if it is at `now` (None: the instant is over)."""
+        return self.pop()[1] if self.peek() == now else None
 
     def __len__(self) -> int:
         return len(self._heap) + len(self._submit) - self._next

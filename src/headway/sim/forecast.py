@@ -64,10 +64,7 @@ class Forecaster:
 
     def ended(self, k: int, now: float, state: str) -> None:
         st = self.state
-        sj = self._subs.pop(k, None)
-        if sj is None:  # ended before it was ever predicted (a predictor that needs none)
-            sj = self.submitted(k)
-            del self._subs[k]
+        sj = self._subs.pop(k)  # made when it arrived and was predicted
         self.predictor.observe_end(EndedJob(sj, self._ep0 + st.first_start_a[k], self._ep0 + now, state))
 
     def tick(self, now: float) -> None:

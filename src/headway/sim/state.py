@@ -230,16 +230,12 @@ class SimState:
         self.used: dict[int, list[tuple[int, int]]] = {}  # running key -> its GPUs
         self.frac_at: dict[int, tuple[int, int]] = {}  # running fractional jobs' GPU (ClusterView.frac_at)
         self.rack_of: list[int] = C.rack.tolist()
-        self.rack_free_a, self.rack_free = shared(
-            np.bincount(C.rack, weights=C.free, minlength=C.n_racks).astype(np.int64)
-        )
         self.index = FreeIndex(C.free, C.rack, C.n_racks)  # kept live: set_free after every change
         self._free = C.free.reshape(-1).data.cast("B").cast("q")  # plain-int reads of C.free
         cv = C.view()
         self.view = ClusterView(
-            cv.share, cv.free, cv.owner, cv.node_gpus, cv.rack, cv.n_racks, read_only(self.rack_free),
-            self.index, self.frac_at,
-        )  # fmt: skip
+            cv.share, cv.free, cv.owner, cv.node_gpus, cv.rack, cv.n_racks, self.index, self.frac_at
+        )
 
     # --- transitions ---------------------------------------------------------------------------------
 
@@ -349,10 +345,7 @@ class SimState:
             del counter[size]
 
     def _node_changed(self, nd: int) -> None:
-        was, now = self.index.free_l[nd], self._free[nd]
-        if was != now:
-            self.rack_free_a[self.rack_of[nd]] += now - was
-            self.index.set_free(nd, now)
+        self.index.set_free(nd, self._free[nd])
 
     def _start(self, k: int, al: Allocation, now: float) -> tuple[float, End]:
         self._drop_pending(k)
@@ -446,7 +439,6 @@ class SimState:
         C = self.cluster
         C.validate()
         self.index.check(C.free, C.rack, C.n_racks)
-        assert (self.rack_free == np.bincount(C.rack, weights=C.free, minlength=C.n_racks)).all()
         self.pending.check()
         self.running.check()
         pend, run = set(self.pending.view().tolist()), set(self.running.view().tolist())
