@@ -1,17 +1,27 @@
-"""Simulator throughput: a synthetic trace on a large cluster under one policy (default impact).
+"""Simulator throughput with the predictor users get: a synthetic trace under one policy (default impact).
 
-    .venv/bin/python benchmarks/bench_sim.py [--jobs 1000000] [--nodes 1024] [--policy impact]
+    .venv/bin/python benchmarks/bench_sim.py [--jobs 100000] [--nodes 64] [--policy impact]
+        [--predictor online|mean] [--before DIR] [--profile]
 
-Prints jobs/s, events, passes and peak memory, then one JSON line. The predictor is a causal
-rolling mean per user (O(1) per call) unless --predictor online asks for the project's predictor.
-Goal (issue 24): 1M jobs on 1,024 x 8 GPUs under impact in <= 60 s on one core, in plain Python.
+`--predictor online` (the default) is the project's online predictor, retrained on its schedule as the
+virtual clock advances: what `headway simulate` uses. `--predictor mean` swaps in a stand-in (a causal
+rolling mean per user, O(1) per call) that measures the engine and policy alone; its figures are
+labelled as the stand-in's. Prints wall and CPU time, jobs per CPU-second, events, passes, the
+predictor's fits and the seconds spent in them, peak memory, then one JSON line.
+
+`--before DIR` first runs the same benchmark on the source tree in DIR (a checkout of an earlier
+commit: `git worktree add DIR REV`), in a subprocess, and then this one, and prints both and their
+ratio: a before and after measured in one run on the same machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +32,7 @@ import psutil
 from headway.predict.api import EndedJob, Predictions, SubmittedJob
 from headway.sim.cluster import ClusterSpec
 from headway.sim.engine import EngineOptions
+from headway.sim.metrics import compute
 from headway.sim.run import default_predictor_factory, run_simulation
 
 
@@ -65,18 +76,27 @@ class UserMeanPredictor:
         return False
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--jobs", type=int, default=1_000_000)
-    ap.add_argument("--nodes", type=int, default=1024)
-    ap.add_argument("--gpus-per-node", type=int, default=8)
-    ap.add_argument("--policy", default="impact")
-    ap.add_argument("--load", type=float, default=0.9)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--predictor", choices=("mean", "online"), default="mean")
-    ap.add_argument("--profile", action="store_true", help="run under cProfile and print the top entries")
-    a = ap.parse_args()
+class _FitClock:
+    """Counts the predictor's fits and the CPU seconds they take (wrapping `Predictor.fit`)."""
 
+    def __init__(self) -> None:
+        from headway.predict import model
+
+        self.fits, self.cpu_s = 0, 0.0
+        inner = model.Predictor.fit.__func__  # type: ignore[attr-defined]
+
+        def fit(cls: type, *args: object, **kw: object) -> object:
+            c = time.process_time()
+            try:
+                return inner(cls, *args, **kw)
+            finally:
+                self.fits += 1
+                self.cpu_s += time.process_time() - c
+
+        model.Predictor.fit = classmethod(fit)  # type: ignore[method-assign, assignment]
+
+
+def measure(a: argparse.Namespace) -> dict[str, object]:
     from headway.sim.synth import generate
 
     t0 = time.perf_counter()
@@ -84,41 +104,28 @@ def main() -> None:
     t_gen = time.perf_counter() - t0
     spec = ClusterSpec.from_flags(a.nodes, a.gpus_per_node, 8)
     factory = UserMeanPredictor if a.predictor == "mean" else default_predictor_factory
+    fits = _FitClock()
     opts = EngineOptions()
     proc = psutil.Process()
     rss0 = proc.memory_info().rss
     t1 = time.perf_counter()
     c1 = time.process_time()
+    kw = dict(policy=a.policy, load=a.load, seed=a.seed, predictor_factory=factory, engine_options=opts)
     if a.profile:
         import cProfile
         import pstats
 
         prof = cProfile.Profile()
-        res = prof.runcall(
-            run_simulation,
-            jobs,
-            spec,
-            policy=a.policy,
-            load=a.load,
-            predictor_factory=factory,
-            engine_options=opts,
-        )
+        res = prof.runcall(run_simulation, jobs, spec, **kw)
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
     else:
-        res = run_simulation(
-            jobs,
-            spec,
-            policy=a.policy,
-            load=a.load,
-            seed=a.seed,
-            predictor_factory=factory,
-            engine_options=opts,
-        )
+        res = run_simulation(jobs, spec, **kw)
     wall = time.perf_counter() - t1
     cpu = time.process_time() - c1
     rss = proc.memory_info().rss
     n = res.jobs.num_rows
-    out = {
+    return {
         "bench": "sim",
         "jobs": n,
         "policy": a.policy,
@@ -133,19 +140,70 @@ def main() -> None:
         "load_avg_1m": round(psutil.getloadavg()[0], 2),
         "events": res.events,
         "passes": res.passes,
+        "fits": fits.fits,
+        "fit_cpu_s": round(fits.cpu_s, 2),
         "generate_s": round(t_gen, 2),
         "rss_mb": round(rss / 2**20),
         "rss_growth_mb": round((rss - rss0) / 2**20),
         # The process's peak (Linux reports KiB).
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "predictor": a.predictor,
+        "time_to_success_mean": compute(res)["time_to_success_mean"],
     }
-    gpus = int(res.capacity_gpus)
-    print(f"{n:,} jobs under {a.policy} ({res.placement}) on {gpus:,} GPUs at load {res.load:.2f}")
-    print(f"  {wall:.1f} s wall ({cpu:.1f} s CPU), {n / wall:,.0f} jobs/s ({n / cpu:,.0f} per CPU-second)")
-    print(f"  {res.events:,} events, {res.passes:,} scheduling passes; machine load {out['load_avg_1m']}")
-    rss_line = f"{out['rss_mb']} MB RSS ({out['rss_growth_mb']} MB during the run)"
-    print(f"  memory: {rss_line}, peak {out['peak_rss_mb']} MB")
+
+
+def report(out: dict[str, object], label: str) -> None:
+    who = "the project's online predictor" if out["predictor"] == "online" else "the STAND-IN predictor"
+    print(
+        f"{label}: {out['jobs']:,} jobs under {out['policy']} ({out['placement']}) on "
+        f"{int(out['cluster_gpus']):,} GPUs at load {out['load']:.2f}, with {who}"
+    )  # type: ignore[str-format]
+    print(f"  {out['wall_s']} s wall ({out['cpu_s']} s CPU), {out['jobs_per_cpu_s']:,} jobs per CPU-second")
+    print(
+        f"  {out['events']:,} events, {out['passes']:,} scheduling passes; machine load {out['load_avg_1m']}"
+    )
+    print(f"  predictor fits: {out['fits']} ({out['fit_cpu_s']} s CPU)")
+    rss = f"{out['rss_mb']} MB RSS ({out['rss_growth_mb']} MB during the run)"
+    print(f"  memory: {rss}, peak {out['peak_rss_mb']} MB")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=100_000)
+    ap.add_argument("--nodes", type=int, default=64)
+    ap.add_argument("--gpus-per-node", type=int, default=8)
+    ap.add_argument("--policy", default="impact")
+    ap.add_argument("--load", type=float, default=0.9)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--predictor", choices=("online", "mean"), default="online")
+    ap.add_argument(
+        "--before", metavar="DIR", help="also run the source tree in DIR first, for a before/after"
+    )
+    ap.add_argument("--profile", action="store_true", help="run under cProfile and print the top entries")
+    ap.add_argument("--json-only", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    before = None
+    if a.before:
+        argv = [x for i, x in enumerate(sys.argv[1:]) if x != "--before" and sys.argv[i] != "--before"]
+        env = {**os.environ, "PYTHONPATH": str(os.path.join(a.before, "src"))}
+        done = subprocess.run(
+            [sys.executable, __file__, *argv, "--json-only"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        before = json.loads(done.stdout.strip().splitlines()[-1])
+    out = measure(a)
+    if a.json_only:
+        print(json.dumps(out))
+        return
+    if before is not None:
+        report(before, f"before ({a.before})")
+    report(out, "this tree")
+    if before is not None:
+        print(f"  CPU time, this tree / before: {out['cpu_s'] / before['cpu_s']:.2f}x")  # type: ignore[operator]
+        out = {**out, "before": before}
     print(json.dumps(out))
 
 

@@ -150,7 +150,7 @@ def test_oracle_policy_gets_the_true_runtimes() -> None:
     assert j["j2"]["start"] == 1000 and j["j1"]["start"] == 1010
 
 
-def test_predictor_is_fed_causally_and_retrained_daily() -> None:
+def test_predictor_is_fed_causally_and_retrains_on_its_own_daily_clock() -> None:
     made: list[MeanPredictor] = []
 
     def factory() -> MeanPredictor:

@@ -13,6 +13,25 @@ from headway.predict.api import EndedJob, Predictions, SubmittedJob
 from headway.schema import JOB_SCHEMA
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+DAY = 86400.0
+
+
+@dataclass
+class Daily:
+    """A test predictor's own retraining clock: due at the first instant of each simulated day after the
+    first (the engine asks at every instant; the predictor decides, as the real one does)."""
+
+    origin: float | None = None
+    next_at: float = DAY
+
+    def due(self, now: float) -> bool:
+        if self.origin is None:
+            self.origin = now
+        t = now - self.origin
+        if t < self.next_at:
+            return False
+        self.next_at = (t // DAY + 1) * DAY
+        return True
 
 
 @dataclass
@@ -21,6 +40,7 @@ class MeanPredictor:
 
     ended: list[EndedJob] = field(default_factory=list)
     retrains: int = 0
+    daily: Daily = field(default_factory=Daily)
     calls: list[float] = field(default_factory=list)
     last_end: float = float("-inf")
     ok_n: int = 0
@@ -49,6 +69,8 @@ class MeanPredictor:
             self.bad_sum += ended.runtime
 
     def maybe_retrain(self, now: float) -> bool:
+        if not self.daily.due(now):
+            return False
         self.retrains += 1
         return True
 

@@ -23,7 +23,7 @@ from headway.sim.cluster import ClusterSpec
 from headway.sim.engine import EngineOptions
 from headway.sim.result import SimResult
 from headway.sim.run import run_simulation
-from test_engine_helpers import make_jobs
+from test_engine_helpers import Daily, make_jobs
 
 
 @dataclass
@@ -35,6 +35,7 @@ class UserMean:
     rt_ok: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     rt_bad: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     retrains: int = 0
+    daily: Daily = field(default_factory=Daily)
 
     def predict(self, jobs: Sequence[SubmittedJob], now: float) -> Predictions:
         k = len(jobs)
@@ -57,6 +58,8 @@ class UserMean:
             self.rt_bad[u] += ended.runtime
 
     def maybe_retrain(self, now: float) -> bool:
+        if not self.daily.due(now):
+            return False
         self.retrains += 1
         return True
 

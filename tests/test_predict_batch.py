@@ -10,6 +10,7 @@ import numpy as np
 from headway.predict.api import EndedJob, SubmittedJob
 from headway.predict.features import HISTORY_FEATURES, RollingState
 from headway.predict.online import OnlinePredictor
+from headway.predict.schedule import RetrainSchedule
 
 
 def _state_with_history(seed: int) -> RollingState:
@@ -90,25 +91,27 @@ def _job(i: int, t: float, user: str) -> SubmittedJob:
     return SubmittedJob(f"j{i}", user, "g", None, None, None, t, 2.0, 1, 7200.0)
 
 
-def test_online_batch_predictions_equal_one_job_at_a_time() -> None:
+def test_online_batch_predictions_equal_one_job_at_a_time_and_the_scalar_path() -> None:
     rng = np.random.default_rng(3)
-    a, b = (OnlinePredictor(min_train_jobs=100, min_new_jobs=10) for _ in range(2))
+    a, b, c = (OnlinePredictor(schedule=RetrainSchedule(min_train=100, min_new=10)) for _ in range(3))
     for i in range(300):
         user = f"u{i % 7}"
         end = 100.0 + 50.0 * i
         state = "COMPLETED" if rng.random() < 0.6 else "FAILED"
         e = EndedJob(_job(i, end - 200.0, user), end - 100.0 * (1 + i % 5), end, state)
-        a.observe_end(e)
-        b.observe_end(e)
+        for p in (a, b, c):
+            p.observe_end(e)
     now = 100.0 + 50.0 * 300
-    assert a.maybe_retrain(now) and b.maybe_retrain(now)  # same history, same (deterministic) model
+    assert all(p.maybe_retrain(now) for p in (a, b, c))  # same history, same (deterministic) model
     jobs = [_job(1000 + k, now - float(k), f"u{k % 9}") for k in range(200)]
     jobs.append(jobs[3])  # the same job twice in one batch: one row, one prediction
     whole = a.predict(jobs, now)
     single = [b.predict([j], now) for j in jobs]
-    for field in ("p_success", "runtime", "runtime_p90", "time_to_failure"):
+    scalar = np.array([c.predict_one(j, now) for j in jobs])
+    for k, field in enumerate(("p_success", "runtime", "runtime_p90", "time_to_failure")):
         one_by_one = np.concatenate([getattr(s, field) for s in single])
         np.testing.assert_array_equal(getattr(whole, field), one_by_one)
+        np.testing.assert_array_equal(scalar[:, k], one_by_one)
 
 
 def test_batch_rows_stay_equal_to_one_by_one_rows_as_jobs_end_between_batches() -> None:

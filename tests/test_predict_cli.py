@@ -177,6 +177,16 @@ def test_time_limits_parse_and_suggestions_round_up() -> None:
     assert suggest_time_limit(600, requested_s=3600) == 900
 
 
+def test_evaluate_scores_the_retraining_schedule_beside_a_frozen_model(db: Path) -> None:
+    res = runner.invoke(app, ["predict", "evaluate", "--db", str(db), "--json", "--retrain", "schedule"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["retrain"] == "schedule" and report["other_mode"]["retrain"] == "none"
+    assert report["split"]["retrainings"] >= 1 and 0.5 < report["auc"] <= 1.0
+    bad = runner.invoke(app, ["predict", "evaluate", "--db", str(db), "--retrain", "weekly"])
+    assert bad.exit_code != 0 and "expected daily, schedule or none" in bad.output
+
+
 def test_a_store_of_two_clusters_is_named_and_the_split_counts_days_not_trainings(tmp_path: Path) -> None:
     import pyarrow as pa
 

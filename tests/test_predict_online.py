@@ -10,6 +10,7 @@ from headway.predict.api import OnlinePredictor as OnlineProtocol
 from headway.predict.features import build_features
 from headway.predict.model import TrainConfig
 from headway.predict.online import OnlinePredictor, _hist
+from headway.predict.schedule import RetrainSchedule
 from headway.predict.synthetic import make_history
 from headway.schema import table_to_records
 
@@ -51,14 +52,12 @@ def test_cold_start_uses_the_running_median_runtime() -> None:
     assert pred.runtime[0] == pytest.approx(2000.0)
 
 
-def test_replaying_a_history_matches_batch_features_and_retrains_every_k_jobs() -> None:
+def test_replaying_a_history_matches_batch_features_and_retrains_as_it_grows() -> None:
     t = make_history(1500, seed=5, users=8, days=3)
     frame = build_features(t)
     recs = sorted(table_to_records(t), key=lambda r: r.submit_time)  # type: ignore[arg-type, return-value]
     p = OnlinePredictor(
-        retrain_every=500,
-        retrain_interval_s=1e12,
-        min_train_jobs=400,
+        schedule=RetrainSchedule(growth=1.0, min_train=400, floor_s=0.0, drift_z=float("inf")),
         config=TrainConfig(rounds=30, quantile_rounds=20),
     )
     events = []
@@ -95,17 +94,17 @@ def test_replaying_a_history_matches_batch_features_and_retrains_every_k_jobs() 
 
 
 def test_mark_trained_counts_retraining_from_a_loaded_model() -> None:
-    p = OnlinePredictor(retrain_every=3, min_train_jobs=1, min_new_jobs=1)
+    p = OnlinePredictor(schedule=RetrainSchedule(min_train=1, min_new=1, floor_s=0.0))
     for i in range(5):
         p.observe_end(EndedJob(_job(i, 0.0), 0.0, 10.0 + i, "COMPLETED" if i % 2 else "FAILED"))
     p.mark_trained(100.0)
     assert p.state.ended == 5  # the clock moved past every reported end
-    assert not p.maybe_retrain(101.0)  # nothing new since the loaded model, and not a day later
+    assert not p.maybe_retrain(101.0)  # nothing new since the loaded model
 
 
 def test_a_retraining_sees_the_newest_examples_after_old_ones_are_dropped() -> None:
-    def replay(max_rows: int) -> OnlinePredictor:
-        p = OnlinePredictor(config=TrainConfig(max_rows=max_rows))
+    def replay(window: int) -> OnlinePredictor:
+        p = OnlinePredictor(schedule=RetrainSchedule(window=window))
         for i in range(2500):
             j = SubmittedJob(
                 str(i), f"u{i % 7}", "g", f"n{i % 5}", None, None, 10.0 * i, 1.0 + i % 3, 1, None

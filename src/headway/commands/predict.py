@@ -241,8 +241,10 @@ def evaluate(
     retrain: Annotated[
         str,
         typer.Option(
-            help="daily: retrain at the start of each test day on every job ended by then, as the live "
-            "predictor does; none: one model frozen at the split (both are in --json)."
+            help="daily: retrain at the start of each test day on every job ended by then; schedule: "
+            "retrain when the online predictor would (when the ended jobs grew by a quarter of the last "
+            "fit's, at most hourly, at least weekly; on the last 30 days of ends); none: one model "
+            "frozen at the split (--json also has `none`, or `daily` for none)."
         ),
     ] = "daily",
     as_json: JsonOpt = False,
@@ -257,8 +259,8 @@ def evaluate(
 
     if not 0.0 < test_fraction < 1.0:
         fail(f"--test-fraction must be between 0 and 1, got {test_fraction}")
-    if retrain not in ("none", "daily"):
-        fail(f"--retrain: expected daily or none, got {retrain!r}")
+    if retrain not in ("daily", "schedule", "none"):
+        fail(f"--retrain: expected daily, schedule or none, got {retrain!r}")
     frame, _ = _load(db, source, include_cpu, as_json, wait)
     try:
         with _step("training on the past and scoring the test jobs", as_json):

@@ -94,5 +94,5 @@ class OnlinePredictor(Protocol):
         ...
 
     def maybe_retrain(self, now: float) -> bool:
-        """Retrain if K jobs ended or a day passed since the last training; True if it retrained."""
+        """Retrain if its schedule says so (for `OnlinePredictor`, predict/schedule.py); True if it did."""
         ...

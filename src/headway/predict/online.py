@@ -21,11 +21,13 @@ from headway.predict.api import EndedJob, Predictions, SubmittedJob, is_outcome
 from headway.predict.features import (
     CATEGORICAL_FEATURES,
     HISTORY_FEATURES,
+    SUCCESS,
     FeatureFrame,
     RollingState,
     request_features,
 )
 from headway.predict.model import Predictor, TrainConfig, fallback_predictions
+from headway.predict.schedule import SCHEDULE, RetrainSchedule, Served
 
 ONLINE_CONFIG = TrainConfig(rounds=150, quantile_rounds=100, early_stopping=20, max_rows=100_000)
 
@@ -169,17 +171,11 @@ class OnlinePredictor:
         self,
         model: Predictor | None = None,
         *,
-        retrain_every: int = 2000,
-        retrain_interval_s: float = 86400.0,
-        min_train_jobs: int = 200,
-        min_new_jobs: int = 50,
+        schedule: RetrainSchedule = SCHEDULE,
         config: TrainConfig = ONLINE_CONFIG,
     ) -> None:
         self.model = model
-        self.retrain_every = retrain_every
-        self.retrain_interval_s = retrain_interval_s
-        self.min_train_jobs = min_train_jobs
-        self.min_new_jobs = min_new_jobs
+        self.schedule = schedule
         self.config = config
         self.state = RollingState()
         self.trainings = 0
@@ -187,8 +183,10 @@ class OnlinePredictor:
         self._preds: dict[str, _Batch] = {}  # job id -> the batch whose `hist` holds its 4 predictions
         self._ends: list[tuple[float, int, EndedJob]] = []  # ends reported but not yet in the past
         self._seq = 0
-        self._history = _History(config.max_rows)
+        self._history = _History(schedule.window)
+        self._served = Served()  # the current model's predictions against the outcomes since its fit
         self._new_since_train = 0
+        self._trained_rows = 0
         self._last_train: float | None = None
         self._now = -np.inf
 
@@ -196,7 +194,8 @@ class OnlinePredictor:
         """Treat the current model as trained at `now` on everything that ended before it (a model loaded
         from a file after replaying its history), so retraining counts from here, not from zero."""
         self._advance(now)
-        self._new_since_train = 0
+        self._new_since_train, self._served = 0, Served()
+        self._trained_rows = min(len(self._history), self.schedule.window)
         self._last_train = now
 
     # -- api.OnlinePredictor -------------------------------------------------------------------------
@@ -208,10 +207,26 @@ class OnlinePredictor:
         self._seq += 1
 
     def predict(self, jobs: Sequence[SubmittedJob], now: float) -> Predictions:
-        self._advance(now)
         if not jobs:
+            self._advance(now)
             empty = np.zeros(0)
             return Predictions(empty, empty, empty, empty)
+        vals = self._values(jobs, now)
+        return Predictions(
+            p_success=vals[:, 0].copy(),
+            runtime=vals[:, 1].copy(),
+            runtime_p90=vals[:, 2].copy(),
+            time_to_failure=vals[:, 3].copy(),
+        )
+
+    def predict_one(self, job: SubmittedJob, now: float) -> tuple[float, float, float, float]:
+        """`predict([job], now)`'s four numbers as floats (api.ScalarPredictor: the usual arrival)."""
+        p, r, r90, f = self._values([job], now)[0].tolist()
+        return p, r, r90, f
+
+    def _values(self, jobs: Sequence[SubmittedJob], now: float) -> npt.NDArray[np.float64]:
+        """(p_success, runtime, runtime_p90, time_to_failure) of each job, one row each."""
+        self._advance(now)
         # A job's feature row is fixed once served, so its prediction only changes when the model does.
         cache = self._preds
         ids = list(map(_JOB_ID, jobs))
@@ -241,30 +256,24 @@ class OnlinePredictor:
             vals = np.array([_hist(cache[j.job_id], j.job_id) for j in jobs], dtype=np.float64).reshape(
                 len(jobs), 4
             )
-        return Predictions(
-            p_success=vals[:, 0].copy(),
-            runtime=vals[:, 1].copy(),
-            runtime_p90=vals[:, 2].copy(),
-            time_to_failure=vals[:, 3].copy(),
-        )
+        return vals
 
     def maybe_retrain(self, now: float) -> bool:
-        """Retrain when `retrain_every` jobs ended, or a day passed with some new ends, since the last one."""
+        """Retrain when the schedule says so (predict/schedule.py), on its window of the latest ends."""
         self._advance(now)
-        due_count = self._new_since_train >= self.retrain_every
-        due_time = (
-            self._last_train is None or now - self._last_train >= self.retrain_interval_s
-        ) and self._new_since_train >= self.min_new_jobs
-        if not (due_count or due_time) or len(self._history) < self.min_train_jobs:
+        h, sch = self._history, self.schedule
+        last, drift = self._last_train, self._served.z()
+        if not sch.due(now, self.state.ended, self._new_since_train, self._trained_rows, last, drift):
             return False
-        frame = self._history.frame(self.config.max_rows)
+        keep = min(len(h), sch.window)
+        frame = h.frame(keep)
+        self._new_since_train, self._last_train, self._served = 0, now, Served()
         if frame.success.all() or not frame.success.any():
-            return False
+            return False  # nothing to tell apart yet: the fallbacks stay, and the next try waits its turn
         self.model = Predictor.fit(frame, np.arange(len(frame)), self.config)
         self._preds.clear()
         self.trainings += 1
-        self._new_since_train = 0
-        self._last_train = now
+        self._trained_rows = keep
         return True
 
     # -- internals -----------------------------------------------------------------------------------
@@ -274,7 +283,9 @@ class OnlinePredictor:
             _, _, e = heapq.heappop(self._ends)
             j = e.job
             row = self._rows.pop(j.job_id, None) or self._row(j)
-            self._preds.pop(j.job_id, None)
+            served = self._preds.pop(j.job_id, None)  # the current model's prediction, if it made one
+            if served is not None:
+                self._served.add(float(_hist(served, j.job_id)[0]), e.state == SUCCESS)
             self.state.observe_end(j.user, j.group, j.name, j.gpus, e.start_time, e.end_time, e.state)
             self._history.append(_hist(row, j.job_id), _cats(row, j.job_id), j, e)
             self._new_since_train += 1
@@ -287,7 +298,7 @@ class OnlinePredictor:
         self, jobs: Sequence[SubmittedJob], ids: list[str], unseen: bool = False
     ) -> tuple[
         npt.NDArray[np.float64],
-        dict[str, npt.NDArray[np.object_]],
+        dict[str, Sequence[str | None]],
         npt.NDArray[np.float64],
         dict[str, int] | None,
     ]:
@@ -332,7 +343,4 @@ class OnlinePredictor:
         nodes = np.array(cols["nodes"], dtype=np.float64)
         tl = np.array(cols["time_limit"], dtype=np.float64)  # None (no limit) becomes NaN
         X = np.hstack([h_arr, request_features(gpus, nodes, tl, submit)])
-        cats = {name: np.empty(n, dtype=object) for name in CATEGORICAL_FEATURES}
-        for name in CATEGORICAL_FEATURES:
-            cats[name][:] = cols[name]
-        return X, cats, tl, pos
+        return X, {name: cols[name] for name in CATEGORICAL_FEATURES}, tl, pos

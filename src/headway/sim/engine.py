@@ -33,7 +33,6 @@ __all__ = ["DAY", "Engine", "EngineOptions", "JobArrays", "Truth"]
 @dataclass(slots=True)
 class EngineOptions:
     usage_half_life_s: float = 7 * DAY
-    retrain_every_s: float = DAY
     repredict_limit: int = 50_000  # re-predict the queue after a retrain when it is at most this long
     explain: frozenset[str] = frozenset()
     progress: Callable[[int, int], None] | None = None
@@ -61,7 +60,7 @@ class Engine:
         log = DecisionLog(opts.log_decisions, explain)
         log.explain = {str(J.job_id[k]): [] for k in sorted(explain)}
         loop = _Loop(state, EventQueue(state.submit), pol, log, opts)
-        loop.forecaster = Forecaster(self.predictor, state, opts.retrain_every_s, opts.repredict_limit)
+        loop.forecaster = Forecaster(self.predictor, state, opts.repredict_limit)
         loop.run()
         res = SimResult(
             policy=pol.name,

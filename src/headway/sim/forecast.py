@@ -1,8 +1,8 @@
 """The simulator's side of the predictor: what it is told (submissions, ends, the clock) and when.
 
 A job is predicted once when it arrives; the predictor learns each end as it happens, retrains on its
-own schedule (`maybe_retrain`, asked at most once per `retrain_every_s` of simulated time), and after
-a retraining the queue is predicted again when it is at most `repredict_limit` jobs long. The predictor
+own schedule (`maybe_retrain`, asked at every instant, as the live adapters ask it at every pass), and
+after a retraining the queue is predicted again when it is at most `repredict_limit` jobs long. The predictor
 sees real timestamps (the trace's epoch), never a job's truth.
 """
 
@@ -18,12 +18,9 @@ from headway.sim.state import SimState
 
 
 class Forecaster:
-    def __init__(
-        self, predictor: OnlinePredictor, state: SimState, retrain_every_s: float, repredict_limit: int
-    ) -> None:
+    def __init__(self, predictor: OnlinePredictor, state: SimState, repredict_limit: int) -> None:
         self.predictor, self.state = predictor, state
-        self.retrain_every_s, self.repredict_limit = retrain_every_s, repredict_limit
-        self.next_retrain = retrain_every_s
+        self.repredict_limit = repredict_limit
         self._subs: dict[int, SubmittedJob] = {}  # made at arrival, reused at the job's end
         J = state.jobs
         self._ep0 = J.epoch0
@@ -68,11 +65,8 @@ class Forecaster:
         self.predictor.observe_end(EndedJob(sj, self._ep0 + st.first_start_a[k], self._ep0 + now, state))
 
     def tick(self, now: float) -> None:
-        """Let the predictor retrain when its time has come; re-predict the queue after a retraining."""
-        if now < self.next_retrain:
-            return
+        """Let the predictor retrain when its schedule says so; re-predict the queue after a retraining."""
         retrained = self.predictor.maybe_retrain(self._ep0 + now)
-        self.next_retrain = (math.floor(now / self.retrain_every_s) + 1) * self.retrain_every_s
         pend = self.state.pending
         if retrained and 0 < pend.n <= self.repredict_limit:
             self._predict(pend.view().tolist(), now, first=False)
