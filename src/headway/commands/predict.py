@@ -275,6 +275,11 @@ def evaluate(
         f"test: {sp['test_jobs']:,} jobs submitted {sp['test_from'][:10]} .. {sp['test_to'][:10]} "
         f"(success rate {sp['test_success_rate']:.1%}); "
         f"trained on {sp['train_jobs']:,} jobs that ended before"
+        + (
+            ""
+            if report["retrain"] == "none"
+            else f"; {sp['retrainings']} fits (--retrain {report['retrain']})"
+        )
     )
     for w in report.get("warnings", []):
         out.print(plain(f"warning: {w}"))

@@ -141,12 +141,12 @@ def split(frame: FeatureFrame, test_fraction: float) -> tuple[npt.NDArray[np.int
 def daily_predictions(
     frame: FeatureFrame, test: npt.NDArray[np.intp], config: TrainConfig
 ) -> tuple[Predictions, list[dict[str, Any]]]:
-    """Predictions for the test jobs as the live predictor makes them: retrained at the start of each
-    (UTC) day on every job that had ended by then, test-period jobs included once their outcome is known.
-    A test period longer than MAX_RETRAINS days retrains every few days (still only on past outcomes).
+    """Predictions for the test jobs of a model retrained at the start of each (UTC) day on every job that
+    had ended by then, test-period jobs included once their outcome is known: the most retraining can
+    give, the yardstick of the online predictor's schedule (`scheduled_predictions`). A test period
+    longer than MAX_RETRAINS days retrains every few days (still only on past outcomes).
 
-    Only outcomes known before the day began are used, so it stays causal; it is what `OnlinePredictor`
-    does when it retrains after a day of new ends. With `config.recalibrate` = N, each day's
+    Only outcomes known before the day began are used, so it stays causal. With `config.recalibrate` = N, each day's
     probabilities are then recalibrated (Platt) on the last N jobs that ended before the day began,
     using the probabilities they were served (so jobs of the RECAL_WARMUP_DAYS before the test are
     served too, only for that).
