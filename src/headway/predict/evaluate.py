@@ -146,10 +146,10 @@ def daily_predictions(
     give, the yardstick of the online predictor's schedule (`scheduled_predictions`). A test period
     longer than MAX_RETRAINS days retrains every few days (still only on past outcomes).
 
-    Only outcomes known before the day began are used, so it stays causal. With `config.recalibrate` = N, each day's
-    probabilities are then recalibrated (Platt) on the last N jobs that ended before the day began,
-    using the probabilities they were served (so jobs of the RECAL_WARMUP_DAYS before the test are
-    served too, only for that).
+    Only outcomes known before the day began are used, so it stays causal. With `config.recalibrate` =
+    N, each day's probabilities are then recalibrated (Platt) on the last N jobs that ended before the
+    day began, using the probabilities they were served (so jobs of the RECAL_WARMUP_DAYS before the
+    test are served too, only for that).
     """
     lab = np.flatnonzero(frame.ended)
     first = frame.submit[test[0]] if len(test) else 0.0
