@@ -242,9 +242,10 @@ def evaluate(
         str,
         typer.Option(
             help="daily: retrain at the start of each test day on every job ended by then; schedule: "
-            "retrain when the online predictor would (when the ended jobs grew by a quarter of the last "
-            "fit's, at most hourly, at least weekly; on the last 30 days of ends); none: one model "
-            "frozen at the split (--json also has `none`, or `daily` for none)."
+            "retrain when the online predictor would (new ends reach a tenth of the last fit's rows, "
+            "or its P(complete) drifts from the outcomes, or a month passed; at most hourly; on the "
+            "latest 50,000 ends); none: one model frozen at the split. --json also scores `none` "
+            "(or, with none, `daily`) under other_mode."
         ),
     ] = "daily",
     as_json: JsonOpt = False,

@@ -29,7 +29,8 @@ from headway.predict.features import (
 from headway.predict.model import Predictor, TrainConfig, fallback_predictions
 from headway.predict.schedule import SCHEDULE, RetrainSchedule, Served
 
-ONLINE_CONFIG = TrainConfig(rounds=150, quantile_rounds=100, early_stopping=20, max_rows=100_000)
+# Lighter than `predict train`'s; how many rows a fit reads is the schedule's window (schedule.py).
+ONLINE_CONFIG = TrainConfig(rounds=150, quantile_rounds=100, early_stopping=20)
 
 
 class _Batch:
@@ -72,8 +73,9 @@ class _History:
     """Training examples collected online: the served feature row and what happened.
 
     Numbers go into one float64 buffer that grows by doubling, so a retraining slices it instead of
-    converting up to `max_rows` Python rows (that conversion was about a third of a long replay with
-    the online predictor). Only the newest `2 x keep` examples are kept: `frame` never reads older ones."""
+    converting the schedule's window of Python rows (that conversion was about a third of a long replay
+    with the online predictor). Only the newest `2 x keep` examples are kept: `frame` never reads older
+    ones."""
 
     __slots__ = ("_buf", "_n", "cats", "job_id", "keep", "name", "state", "user")
 
