@@ -413,13 +413,13 @@ def test_small_costs_show_cents_and_large_ones_whole_dollars() -> None:
 
 
 def test_the_weekly_charts_keep_a_week_without_jobs_as_a_gap(tmp_path: Path) -> None:
-    from headway.audit.html import _figures
+    from headway.audit.html import figures
 
     week = dt.timedelta(days=7)
     jobs = [job("1", State.COMPLETED, submit=T0), job("2", State.FAILED, submit=T0 + 3 * week)]
     r = report_of(store_with(tmp_path, jobs))
     assert [w["week"] for w in r["weekly"]] == ["2026-W10", "2026-W13"]  # the JSON lists weeks with jobs
-    figs = _figures(r)
+    figs = figures(r)
     rate = figs["chart-weekly-rate"].data[0]
     assert list(rate.x) == ["2026-W10", "2026-W11", "2026-W12", "2026-W13"]
     assert list(rate.y) == [1.0, None, None, 0.0]
@@ -431,13 +431,13 @@ def test_the_weekly_charts_keep_a_week_without_jobs_as_a_gap(tmp_path: Path) -> 
 def test_the_weekly_charts_keep_every_week_with_jobs_across_years_without_any(tmp_path: Path) -> None:
     """A store with an old trace and a recent cluster: gap weeks were filled one by one and the charts
     kept the last 104, all of them but one empty, while the table listed every week with jobs."""
-    from headway.audit.html import _figures
+    from headway.audit.html import figures
 
     week = dt.timedelta(days=7)
     jobs = [job(str(i), State.COMPLETED, submit=T0 - 400 * week + i * week) for i in range(5)]
     jobs.append(job("new", State.FAILED, submit=T0))
     r = report_of(store_with(tmp_path, jobs))
-    x = list(_figures(r)["chart-weekly-rate"].data[0].x)
+    x = list(figures(r)["chart-weekly-rate"].data[0].x)
     assert len(x) == 7 and x[5] == "(395 weeks without jobs)"
     assert [w["week"] for w in r["weekly"]] == [v for v in x if not v.startswith("(")]
 

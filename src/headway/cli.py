@@ -61,6 +61,8 @@ def _register_queue(app: typer.Typer) -> None:
 def _register(app: typer.Typer) -> None:
     from headway.commands import audit, demo, ingest, predict, simulate
     from headway.commands import daemon as daemon_cmd
+    from headway.commands import notify as notify_cmd
+    from headway.commands import serve as serve_cmd
     from headway.commands import slurm as slurm_cmd
 
     app.command("ingest")(ingest.ingest)
@@ -73,6 +75,8 @@ def _register(app: typer.Typer) -> None:
     app.command("sweep")(simulate.sweep)
     app.command("synth")(simulate.synth)
     app.command("daemon")(daemon_cmd.daemon)
+    app.command("serve")(serve_cmd.serve)
+    app.command("notify")(notify_cmd.notify)
     _register_queue(app)
 
 

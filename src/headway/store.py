@@ -14,6 +14,7 @@ from types import TracebackType
 import duckdb
 import pyarrow as pa
 
+from headway import decision_log
 from headway.atomic import replaced_atomically
 from headway.schema import ENDED_STATES, FIELD_NAMES, JOB_SCHEMA, State, conform
 from headway.store_lock import Holder, StillLocked, connect_waiting
@@ -237,6 +238,7 @@ class JobStore:
             "CREATE TABLE IF NOT EXISTS ingests (ingested_at TIMESTAMPTZ DEFAULT now(), path VARCHAR, "
             "format VARCHAR, source VARCHAR, rows_read BIGINT, jobs BIGINT, bad_rows BIGINT)"
         )
+        decision_log.ensure(self.con)  # the live adapters' passes (decision_log.py)
 
     def __enter__(self) -> JobStore:
         return self

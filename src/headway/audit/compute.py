@@ -142,7 +142,12 @@ class _Q:
     """Runs section queries over one window: `w` = jobs submitted in it, `a` = the audited scope of `w`."""
 
     def __init__(
-        self, con: duckdb.DuckDBPyConnection, window: Window, include_cpu: bool, source: str | None = None
+        self,
+        con: duckdb.DuckDBPyConnection,
+        window: Window,
+        include_cpu: bool,
+        source: str | None = None,
+        user: str | None = None,
     ) -> None:
         self.con = con
         conds = []
@@ -150,6 +155,9 @@ class _Q:
         if source is not None:
             conds.append("source = $source")
             self.params["source"] = source
+        if user is not None:
+            conds.append('"user" = $user')
+            self.params["user"] = user
         if window.since is not None:
             conds.append("submit_time >= $since")
             self.params["since"] = window.since
@@ -178,6 +186,11 @@ class _Q:
     def one(self, sql: str) -> tuple[Any, ...]:
         r = self.rows(sql)
         return r[0]
+
+    def arrays(self, sql: str) -> dict[str, Any]:
+        """`sql` after the window's CTEs, as numpy columns (per-job figures, e.g. for a bootstrap)."""
+        out: dict[str, Any] = self.con.execute(self.prefix + sql, self.params).fetchnumpy()
+        return out
 
 
 def _totals(q: _Q, price: float) -> dict[str, Any]:
@@ -698,7 +711,7 @@ _MONDAY_EPOCH = 4 * 86400  # 1970-01-05, the first Monday after the epoch: ISO w
 _WEEK_S = 7 * 86400
 
 
-def _weekly(q: _Q) -> list[dict[str, Any]]:
+def _weekly(q: _Q, price: float) -> list[dict[str, Any]]:
     """Per ISO week of submission; the week is integer arithmetic on epoch seconds (cheap on 10M rows)."""
     rows = q.rows(
         f"SELECT CAST(floor((epoch(submit_time) - {_MONDAY_EPOCH}) / {_WEEK_S}) AS BIGINT) AS wk, count(*), "
@@ -708,11 +721,12 @@ def _weekly(q: _Q) -> list[dict[str, Any]]:
         "coalesce(fsum(gpu_hours) FILTER (outcome = 'success'), 0), "
         "coalesce(fsum(gpu_hours) FILTER (outcome = 'waste'), 0), "
         # Started jobs only, as in `waiting` (greatest(NULL, 0) is 0: a pending job read as no wait).
-        f"{q.qf}(greatest(wait, 0), 0.5) FILTER (wait IS NOT NULL) "
+        f"{q.qf}(greatest(wait, 0), [0.5, 0.9]) FILTER (wait IS NOT NULL) "
         "FROM a WHERE submit_time IS NOT NULL GROUP BY wk ORDER BY wk"
     )
     out = []
-    for wk, n, ne, ns, nw, gh, ge, gs, gw, mw in rows:
+    for wk, n, ne, ns, nw, gh, ge, gs, gw, qs in rows:
+        mw, pw = qs if qs else (None, None)
         start = dt.date(1970, 1, 5) + dt.timedelta(days=7 * int(wk))
         iso = start.isocalendar()
         out.append(
@@ -727,7 +741,9 @@ def _weekly(q: _Q) -> list[dict[str, Any]]:
                 "completion_rate": {"by_count": _ratio(ns, ne), "by_gpu_hours": _ratio(_f(gs), _f(ge))},
                 "goodput_gpu_hours": _f(gs),
                 "wasted_gpu_hours": _f(gw),
+                "wasted_cost_usd": _f(gw) * price,
                 "median_wait_s": _opt(mw),
+                "p90_wait_s": _opt(pw),
             }
         )
     return out
@@ -814,19 +830,21 @@ def audit_report(
     vs: Window | None = None,
     progress: Progress | None = None,
     source: str | None = None,
+    user: str | None = None,
 ) -> dict[str, Any]:
     """The whole audit of jobs submitted in [since, until) as one JSON-ready dict (docs/audit-json.md).
 
     `con` is a connection to a job store (anything with a `jobs_v` view). By default only GPU jobs are
     audited (`include_cpu` adds CPU-only jobs); `totals.jobs` always counts every job in the window.
-    `source` keeps one source (cluster) of a store that holds several. With `vs`, the report also
+    `source` keeps one source (cluster) of a store that holds several, `user` one user's jobs (the
+    dashboard's page per user: the same figures, scoped). With `vs`, the report also
     carries `comparison`: this window against that one.
     """
     if by not in BY_CHOICES:
         raise ValueError(f"by must be one of {', '.join(BY_CHOICES)}")
     window = Window(since, until)
     step = progress or (lambda _s: None)
-    q = _Q(con, window, include_cpu, source)
+    q = _Q(con, window, include_cpu, source, user)
     step("totals")
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -834,6 +852,8 @@ def audit_report(
         "scope": "all_jobs" if include_cpu else "gpu_jobs",
         "source": source,
     }
+    if user is not None:
+        report["user"] = user
     report.update(_totals(q, gpu_hour_price))
     step("top")
     report["top"] = _top(q, by, top)
@@ -848,7 +868,7 @@ def audit_report(
     step("waiting")
     report["waiting"] = _waiting(q, top)
     step("weekly")
-    report["weekly"] = _weekly(q)
+    report["weekly"] = _weekly(q, gpu_hour_price)
     report["notes"] = _notes(report, include_cpu)
     held = sources(con) if source is None else [source]
     if len(held) > 1:
@@ -868,6 +888,7 @@ def audit_report(
             gpu_hour_price=gpu_hour_price,
             include_cpu=include_cpu,
             source=source,
+            user=user,
         )
         report["comparison"] = compare(report, other)
         overlap = window.overlap(vs)

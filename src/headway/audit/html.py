@@ -106,8 +106,9 @@ def _every_week(weekly: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _figures(r: dict[str, Any]) -> dict[str, Any]:
-    """One plotly figure per chart id; imported lazily so `headway --help` stays fast."""
+def figures(r: dict[str, Any]) -> dict[str, Any]:
+    """One plotly figure per chart id (this report and the dashboard's overview draw the same ones);
+    plotly is imported lazily so `headway --help` stays fast."""
     import plotly.graph_objects as go
 
     layout = {"template": "plotly_white", "height": 380, "margin": {"l": 60, "r": 20, "t": 50, "b": 50}}
@@ -417,7 +418,7 @@ def render_html(r: dict[str, Any]) -> str:
     """The whole page as a string (plotly.js inlined once, so the file works offline)."""
     from plotly.offline import get_plotlyjs
 
-    figs = _figures(r) if r["totals"]["audited_jobs"] else {}
+    figs = figures(r) if r["totals"]["audited_jobs"] else {}
     t, cr, w = r["totals"], r["completion_rate"], r["window"]
     parts: list[str] = []
     span = (

@@ -382,8 +382,9 @@ class Daemon:
 
     # ---------- applying a core step ----------
 
-    def _apply(self, step: Step, now: float | None = None) -> None:
-        """Persist the step in one transaction, then carry out its instructions."""
+    def _apply(self, step: Step, now: float | None = None, pass_s: float | None = None) -> None:
+        """Persist the step in one transaction, then carry out its instructions. `pass_s`: how long the
+        scheduling pass that made the step took (kept in the decision log)."""
         db = self._db()
         now = time.time() if now is None else now
         ended = self.core.take_ended()
@@ -394,7 +395,13 @@ class Daemon:
                 db.log_events(now, step.log)
                 for ins in step.instructions:
                     if isinstance(ins, LogDecision):
-                        db.log_decision(ins.plan, ins.now)
+                        started = {jid for jid, _ in ins.plan.starts}
+                        others = [j for j in self.core.jobs.values() if j.id not in started]
+                        running = [j for j in others if j.state is not JobState.PENDING]
+                        pending = len(others) - len(running) + len(started)
+                        db.log_decision(
+                            ins.plan, ins.now, running=running, pending=pending, duration_s=pass_s
+                        )
         except Exception:
             self._resync()  # nothing of the step was carried out; the core follows the database again
             raise
@@ -486,7 +493,9 @@ class Daemon:
         self.predict_new(now)
         self.dirty = False
         self.last_tick = now
-        self._apply(self.core.handle(Tick(now)), now)
+        began = time.perf_counter()
+        step = self.core.handle(Tick(now))
+        self._apply(step, now, pass_s=time.perf_counter() - began)
 
     async def _pause(self) -> None:
         with contextlib.suppress(TimeoutError):

@@ -72,6 +72,15 @@ CREATE TABLE IF NOT EXISTS decisions (
 );
 """
 
+# Columns of `decisions` added after its first release: added to an older database when it is opened.
+# `stored`: copied into the DuckDB job store's decision log (1; -1: cannot be, skipped), as for jobs.
+_DECISION_COLUMNS = {
+    "duration_s": "REAL",  # how long the scheduling pass took
+    "pending": "INTEGER",  # pending jobs the pass saw
+    "running": "TEXT",  # JSON: the jobs running as it ran (job_id, user, name, gpus, where)
+    "stored": "INTEGER NOT NULL DEFAULT 0",
+}
+
 ACTIVE = tuple(s.value for s in JobState if s.active)
 
 # Columns the core may change; written back after every step.
@@ -163,6 +172,13 @@ class StateDB:
         self.con.execute("PRAGMA synchronous=NORMAL")
         self.con.execute("PRAGMA foreign_keys=ON")
         self.con.executescript(_SCHEMA)
+        have = {str(r[1]) for r in self.con.execute("PRAGMA table_info(decisions)")}
+        for col, decl in _DECISION_COLUMNS.items():
+            if col not in have:
+                self.con.execute(f"ALTER TABLE decisions ADD COLUMN {col} {decl}")
+        self.con.execute(
+            "CREATE INDEX IF NOT EXISTS decisions_unstored ON decisions (stored) WHERE stored = 0"
+        )
         self.con.execute(
             "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
         )
@@ -224,7 +240,17 @@ class StateDB:
                 [(now, jid, kind, detail) for jid, kind, detail in lines],
             )
 
-    def log_decision(self, plan: Plan, now: float) -> int:
+    def log_decision(
+        self,
+        plan: Plan,
+        now: float,
+        *,
+        running: Sequence[LocalJob] = (),
+        pending: int | None = None,
+        duration_s: float | None = None,
+    ) -> int:
+        """Log a pass that started jobs, with the jobs running as it ran, the pending jobs it saw and how
+        long it took (for the job store's decision log, which store_flush.py copies it into)."""
         ranking = [
             {
                 "job_id": e.job_id,
@@ -232,12 +258,17 @@ class StateDB:
                 "score": e.score,
                 "factors": dict(e.factors),
                 "reason": e.reason,
+                "estimated_start": plan.estimated_start.get(e.job_id),
             }
             for e in plan.ranking
         ]
+        ran = [
+            {"job_id": j.id, "user": j.user, "name": j.name, "gpus": j.gpus, "gpu_ids": list(j.gpu_ids)}
+            for j in running
+        ]
         cur = self.con.execute(
-            "INSERT INTO decisions (time, policy, decision, starts, ranking, reservation) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO decisions (time, policy, decision, starts, ranking, reservation, duration_s, "
+            "pending, running) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 now,
                 plan.policy,
@@ -245,6 +276,9 @@ class StateDB:
                 json.dumps([[jid, list(g)] for jid, g in plan.starts]),
                 json.dumps(ranking),
                 json.dumps(plan.reservation) if plan.reservation else None,
+                duration_s,
+                pending,
+                json.dumps(ran),
             ),
         )
         assert cur.lastrowid is not None
@@ -256,6 +290,9 @@ class StateDB:
 
     def mark_stored(self, ids: Sequence[int]) -> None:
         self.con.executemany("UPDATE jobs SET stored = 1 WHERE id = ?", [(i,) for i in ids])
+
+    def mark_decisions_stored(self, ids: Sequence[int], value: int = 1) -> None:
+        self.con.executemany("UPDATE decisions SET stored = ? WHERE id = ?", [(value, i) for i in ids])
 
     # -- reads --
 
@@ -282,6 +319,12 @@ class StateDB:
 
     def unstored(self, limit: int = 500) -> list[sqlite3.Row]:
         return self.rows("stored = 0 AND state NOT IN ('PENDING', 'LAUNCHING', 'RUNNING')", limit=limit)
+
+    def unstored_decisions(self, limit: int = 200) -> list[sqlite3.Row]:
+        """Logged passes not yet in the job store's decision log, oldest first."""
+        return list(
+            self.con.execute("SELECT * FROM decisions WHERE stored = 0 ORDER BY id LIMIT ?", (limit,))
+        )
 
     def decision(self, decision_id: int) -> sqlite3.Row | None:
         cur = self.con.execute("SELECT * FROM decisions WHERE id = ?", (decision_id,))

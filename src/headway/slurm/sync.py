@@ -5,6 +5,10 @@ nothing is written, and values are never computed from an older pass's queue. On
 older: with slurmdbd down, a pass ranks with the history held (read before, or from the store) and says
 so. `SlurmSync.run_pass` never raises for Slurm trouble; the loop (`run_loop`) backs off and retries, so
 it survives a controller restart.
+
+Every pass with --apply, ok or not, is recorded in the store's decision log (decision_log.py): what it
+ranked, what it wrote and what ran. A log that cannot be written (the store held by a reader) never fails
+the pass: the records wait for the next open of the store.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -56,7 +61,12 @@ from headway.slurm.sitefactor import (
     write_counts,
 )
 
+if TYPE_CHECKING:
+    from headway.decision_log import DecisionRecord
+
 HISTORY_MARGIN_S = 600.0  # re-read this much before the last history read (late accounting records)
+LOG_WAIT_S = 2.0  # how long a pass waits for the store held by another process, to log itself
+LOG_BACKLOG = 1000  # passes kept for the decision log while the store cannot be written (oldest dropped)
 
 PredictorFactory = Callable[[], OnlinePredictor]
 
@@ -120,6 +130,8 @@ class Plan:
     # Set when this plan ranks with history held from before because sacct failed (slurmdbd down): why,
     # and how old that history is.
     warning: str | None = None
+    # The running jobs of the queue read (for the decision log's picture of the cluster).
+    queue_running: list[QueueJob] = field(default_factory=list)
 
     def resolve(self, job: str) -> str:
         """The name this plan knows a job by: `19` and `19_5` are `19_[4-9]` while task 5 is pending."""
@@ -497,6 +509,10 @@ class SlurmSync:
         self.written: dict[str, int] = {}
         # Called after each answered `scontrol update` with (answered, planned): the CLI's progress line.
         self.on_progress: Progress | None = None
+        # --apply passes not yet in the store's decision log (it was held by another process), and
+        # whether that was said (once, until the log is written again).
+        self._unlogged: list[DecisionRecord] = []
+        self._log_warned = False
 
     def _feed(self, now: float) -> None:
         """Tell the predictor about ended jobs it has not seen, in end order, strictly before now."""
@@ -537,6 +553,10 @@ class SlurmSync:
             with JobStore(self.options.db) as store:
                 n = store.upsert(records_to_table(records))
                 store.record_ingest("headway slurm sync", "sacct", self.options.source, len(records), n, 0)
+                try:  # earlier passes waiting for the decision log: in the same open
+                    self._write_log(store.con)
+                except duckdb.Error as e:
+                    self._log_failed(" ".join(str(e).split()) or type(e).__name__)
         except StoreError as e:
             raise SlurmError(str(e)) from e
         except duckdb.Error as e:  # e.g. its directory not writable by this user: DuckDB's .wal fails
@@ -659,6 +679,7 @@ class SlurmSync:
             resets=[j.display_id for j in pending_all if j.job_id in resets],
             arrays={j.job_id: j.display_id for j in pending_all if j.display_id != j.job_id},
             warning=warning,
+            queue_running=running,
         )
 
     def run_pass(self) -> PassReport:
@@ -668,15 +689,52 @@ class SlurmSync:
         """
         self.passes += 1
         report = PassReport(seq=self.passes, at=self.clock(), ok=False, dry_run=not self.options.apply)
+        began = time.perf_counter()
         try:
             self._pass(report)
-        except (SlurmMissing, SlurmDenied):
+        except (SlurmMissing, SlurmDenied) as e:
+            report.error = str(e)
+            self._log_pass(report, time.perf_counter() - began)
             raise
         except SlurmError as e:
             report.error = str(e)
         except Exception as e:  # a bug or a surprise from Slurm must not end a long-running loop
             report.error = f"unexpected {type(e).__name__}: {e}; nothing more written this pass"
+        self._log_pass(report, time.perf_counter() - began)
         return report
+
+    def _log_pass(self, report: PassReport, duration_s: float) -> None:
+        """Record an --apply pass in the store's decision log; a dry run writes nothing to the store."""
+        if not self.options.apply:
+            return
+        try:
+            rec = decision_record(report, self.options, duration_s)
+        except Exception as e:  # a bug here must not fail the pass it records
+            self._log_failed(f"cannot record pass {report.seq}: {type(e).__name__}: {e}")
+            return
+        self._unlogged = [*self._unlogged, rec][-LOG_BACKLOG:]
+        from headway.store import JobStore
+
+        try:
+            with JobStore(self.options.db, wait=LOG_WAIT_S, on_wait=lambda _said: None) as store:
+                self._write_log(store.con)
+        except Exception as e:
+            said = " ".join(str(e).split()) or type(e).__name__
+            self._log_failed(f"{said}; {len(self._unlogged)} pass(es) wait for the next try")
+
+    def _write_log(self, con: Any) -> None:
+        """The passes waiting for the decision log, oldest first; each is forgotten once written."""
+        from headway import decision_log
+
+        while self._unlogged:
+            decision_log.record(con, self._unlogged[0])
+            self._unlogged.pop(0)
+        self._log_warned = False
+
+    def _log_failed(self, said: str) -> None:
+        if not self._log_warned:
+            self._log_warned = True
+            print(f"warning: the store's decision log not written: {said}", file=sys.stderr)
 
     def _pass(self, report: PassReport) -> None:
         plan = self.plan()
@@ -705,6 +763,67 @@ class SlurmSync:
         report.ok = writes.aborted is None
         if writes.aborted is not None:
             report.error = f"{writes.aborted}; {report.writes()}"
+
+
+def decision_record(report: PassReport, options: SyncOptions, duration_s: float | None) -> DecisionRecord:
+    """A pass as the decision log keeps it: its ranking (with why, in words where `slurm why` has
+    words for it), the SiteFactors it wrote and the queue's running jobs."""
+    from headway.decision_log import DecisionRecord
+    from headway.slurm.explain import rank_in_words
+
+    plan = report.plan
+    rows = plan.rows if plan is not None else []
+    ranking = []
+    for r in rows:
+        f = r.factors
+        # rank_in_words has words only for starved and held jobs and for those likely to fail fast (p < 0.5
+        # and F < R); asking it only then keeps a long queue's pass from computing a median per job.
+        maybe = r.tier.startswith(("starved", "held")) or (
+            f.get("p", 1.0) < 0.5 and f.get("F_h", math.inf) < f.get("R_h", -math.inf)
+        )
+        ranking.append(
+            {
+                "job_id": r.job_id,
+                "slurm_id": r.display_id,
+                "tasks": r.tasks,
+                "rank": r.rank,
+                "tier": r.tier,
+                "score": r.score,
+                "p_success": f.get("p"),
+                "runtime_s": f["R_h"] * 3600.0 if "R_h" in f else None,
+                "reason": (rank_in_words(r, rows) if maybe else None) or r.reason,
+                "estimated_start": None,  # Slurm's own scheduler starts the jobs; a pass estimates none
+                "user": r.user,
+                "name": r.name,
+                "gpus": r.gpus,
+                "site_factor": r.target,
+            }
+        )
+    running = [
+        {
+            "job_id": j.job_id,
+            "slurm_id": j.display_id,
+            "user": j.user,
+            "name": j.name,
+            "gpus": j.gpus,
+            "where": f"{j.nodes} node{'s' if j.nodes != 1 else ''}",
+        }
+        for j in (plan.queue_running if plan is not None else [])
+    ]
+    return DecisionRecord(
+        at=dt.datetime.fromtimestamp(report.at, dt.UTC),
+        source=options.source,
+        adapter="slurm",
+        policy=options.policy,
+        ok=report.ok,
+        applied=options.apply,
+        duration_s=duration_s,
+        error=report.error,
+        written=tuple({"job_id": c.job_id, "old": c.old, "new": c.new} for c in report.applied),
+        ranking=tuple(ranking),
+        running=tuple(running),
+        pending=plan.pending if plan is not None else None,
+    )
 
 
 def run_loop(
@@ -745,6 +864,7 @@ __all__ = [
     "SlurmSync",
     "SyncOptions",
     "build_snapshot",
+    "decision_record",
     "rank_jobs",
     "run_loop",
 ]
