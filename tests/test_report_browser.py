@@ -23,7 +23,7 @@ from headway.traces.registry import get_reader
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-def _chromium() -> str:
+def chromium() -> str:
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:
         if os.environ.get("HEADWAY_REQUIRE_SERVICES") == "1":
@@ -43,17 +43,23 @@ def _philly_sample(request: pytest.FixtureRequest) -> Path:
         return shared / "philly-dre" / "philly_jobs.json"
 
 
+# Headless, and no connections of its own (this machine's closed network refuses them, many at a time).
+CHROMIUM_FLAGS: tuple[str, ...] = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
 def _dump_dom(exe: str, page: Path, profile: Path, width: int = 1400) -> str:
     cmd = [
         exe,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
+        *CHROMIUM_FLAGS,
         f"--user-data-dir={profile}",
         "--virtual-time-budget=10000",
         f"--window-size={width},3000",
@@ -76,7 +82,7 @@ def _sections(dom: str) -> dict[str, str]:
 def test_every_chart_of_the_html_report_draws_in_headless_chromium(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    exe = _chromium()
+    exe = chromium()
     src = _philly_sample(request)
     res = get_reader("philly").read(src, ReadOptions())
     db = tmp_path / "jobs.duckdb"
@@ -114,7 +120,7 @@ def test_the_simulate_reports_charts_fit_their_cells_side_by_side(tmp_path: Path
     import subprocess
     import sys
 
-    exe = _chromium()
+    exe = chromium()
     trace = tmp_path / "t.parquet"
     for argv in (
         ["synth", "-n", "150", "--out", str(trace), "--seed", "2"],
@@ -144,7 +150,7 @@ def test_names_in_chart_labels_are_text_not_markup(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    exe = _chromium()
+    exe = chromium()
     names = ['<a href="https://example.com/x">alice</a>', "bob<br>carol", "<b>dave</b>", "a&b"]
     with (tmp_path / "jobs.csv").open("w", newline="") as f:
         w = csv.writer(f)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -20,28 +19,11 @@ from typing import Any
 
 import pytest
 
+from test_report_browser import CHROMIUM_FLAGS, chromium
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 HEADWAY = str(Path(sys.executable).with_name("headway"))
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def _chromium() -> str:
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        if os.environ.get("HEADWAY_REQUIRE_SERVICES") == "1":
-            pytest.fail("chromium is missing and HEADWAY_REQUIRE_SERVICES=1 (run tests/setup/services.sh)")
-        pytest.skip("chromium not installed (tests/setup/services.sh installs it)")
-    return exe
 
 
 def _free_port() -> int:
@@ -94,11 +76,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
 
 @pytest.fixture(scope="module")
 def browser(served: Any) -> Iterator[Any]:
-    exe = _chromium()
+    exe = chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=ARGS)
+        b = p.chromium.launch(executable_path=exe, args=list(CHROMIUM_FLAGS))
         try:
             yield b
         finally:

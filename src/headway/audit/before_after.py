@@ -26,14 +26,13 @@ GROUPS = 4096  # past this many jobs a ratio's bootstrap resamples random groups
 DISTINCT = 50_000  # past this many distinct waits a quantile's bootstrap rounds them (`_quantile_boot`)
 
 
-def _bounds(con: duckdb.DuckDBPyConnection, source: str | None) -> tuple[dt.datetime, dt.datetime] | None:
+def submit_span(
+    con: duckdb.DuckDBPyConnection, source: str | None = None
+) -> tuple[dt.datetime, dt.datetime] | None:
+    """The first and last submit time in the store (of `source`), UTC; None without jobs."""
     cond, params = ("WHERE source = ?", [source]) if source is not None else ("", [])
-    lo, hi = con.execute(
-        f"SELECT min(submit_time), max(submit_time) FROM jobs_v {cond}", params
-    ).fetchone() or (
-        None,
-        None,
-    )
+    row = con.execute(f"SELECT min(submit_time), max(submit_time) FROM jobs_v {cond}", params).fetchone()
+    lo, hi = row if row else (None, None)
     if lo is None or hi is None:
         return None
     return lo.astimezone(dt.UTC), hi.astimezone(dt.UTC)
@@ -174,7 +173,7 @@ def before_after(
     """Jobs submitted in the `days` before `at` against those in the `days` from it (default: as many
     days as the shorter side has), as one JSON-ready dict."""
     at = at if at.tzinfo else at.replace(tzinfo=dt.UTC)
-    bounds = _bounds(con, source)
+    bounds = submit_span(con, source)
     out: dict[str, Any] = {"at": at.isoformat(), "samples": samples, "level": LEVEL, "notes": []}
     if bounds is None:
         out.update(before=None, after=None, metrics=[], days=None)

@@ -9,7 +9,7 @@ from typing import Any
 import duckdb
 
 from headway.audit import audit_report
-from headway.audit.before_after import before_after
+from headway.audit.before_after import before_after, submit_span
 from headway.web.config import ServeConfig
 
 RECENT_JOBS = 200  # jobs listed on a user's page, newest first
@@ -127,16 +127,11 @@ def default_compare_date(con: duckdb.DuckDBPyConnection, cfg: ServeConfig) -> tu
     if first is not None:
         day = first.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         return day, "the first day a headway pass was applied (decision log)"
-    cond, params = ("WHERE source = ?", [cfg.source]) if cfg.source is not None else ("", [])
-    lo, hi = con.execute(
-        f"SELECT min(submit_time), max(submit_time) FROM jobs_v {cond}", params
-    ).fetchone() or (
-        None,
-        None,
-    )
-    if lo is None or hi is None:
+    span = submit_span(con, cfg.source)
+    if span is None:
         return None, "no jobs in the store"
-    mid = (lo + (hi - lo) / 2).astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    lo, hi = span
+    mid = (lo + (hi - lo) / 2).replace(hour=0, minute=0, second=0, microsecond=0)
     return mid, "no applied headway pass in the decision log: the middle of the jobs' span"
 
 
