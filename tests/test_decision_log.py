@@ -390,3 +390,16 @@ def test_an_old_queue_database_gains_the_decision_columns_and_copies_its_passes(
         "ann",
         None,
     )
+
+
+def test_old_rankings_are_pruned_and_the_passes_with_their_starts_kept(tmp_db: Path) -> None:
+    with JobStore(tmp_db) as store:
+        rank = ({"job_id": "9", "rank": 1},)
+        old = dl.record(store.con, _rec(0, started=("9",), ranking=rank))
+        new = dl.record(store.con, _rec(60 * 24 * 100, ranking=rank))
+        assert dl.prune(store.con, T0 + dt.timedelta(days=dl.KEEP_RANKINGS_DAYS)) == 1
+        kept = dl.get(store.con, old)
+        assert kept is not None and kept.started == ("9",) and kept.ranking == ()
+        latest = dl.get(store.con, new)
+        assert latest is not None and len(latest.ranking) == 1
+        assert dl.first_applied(store.con) == T0

@@ -31,6 +31,10 @@ JOBS_TABLE = "decision_jobs"
 # job's story, so `for_job` leaves it out.
 ROLES = ("started", "written", "ranked", "running")
 _STORY = ("started", "written", "ranked")
+# The rankings and running lists of passes older than this are dropped (the passes themselves, what they
+# started and wrote, stay): at a pass a minute with 200 jobs ranked they are 100M rows a year.
+KEEP_RANKINGS_DAYS = 90.0
+PRUNE_EVERY = 500  # passes recorded between two prunings
 
 _SCHEMA = f"""
 CREATE SEQUENCE IF NOT EXISTS {TABLE}_id_seq START 1;
@@ -177,7 +181,19 @@ def record(con: duckdb.DuckDBPyConnection, rec: DecisionRecord, *, origin_id: in
         with contextlib.suppress(duckdb.Error):
             con.execute("ROLLBACK")
         raise
+    if did % PRUNE_EVERY == 0:
+        prune(con, rec.at - dt.timedelta(days=KEEP_RANKINGS_DAYS))
     return did
+
+
+def prune(con: duckdb.DuckDBPyConnection, before: dt.datetime) -> int:
+    """Drop the ranked and running rows of the passes that ran before `before`; how many went."""
+    got = con.execute(
+        f"DELETE FROM {JOBS_TABLE} WHERE role IN ('ranked', 'running') AND decision_id IN "
+        f"(SELECT id FROM {TABLE} WHERE epoch_us(ran_at) < ?)",
+        [_us(before)],
+    ).fetchone()
+    return int(got[0]) if got else 0
 
 
 def _loads(text: str | None) -> list[Any]:
