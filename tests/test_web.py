@@ -310,3 +310,37 @@ def test_the_openapi_schema_lists_every_api_route_and_no_page_loads_from_a_cdn(p
     paths = set(client.get("/openapi.json").json()["paths"])
     assert {"/api/summary", "/api/compare", "/api/queue", "/api/users", "/api/decisions", "/metrics"} <= paths
     assert client.get("/docs").status_code == 404
+
+
+def test_a_changed_store_is_recomputed_in_the_background_while_the_last_answer_is_served(
+    tmp_path: Path,
+) -> None:
+    from headway.web.storeview import StoreView
+
+    db = tmp_path / "c.duckdb"
+    JobStore(db).close()
+    view = StoreView(db)
+    count = lambda con: con.execute("SELECT count(*) FROM jobs").fetchone()[0]  # noqa: E731
+    assert view.get("n", count) == (0, 0.0)
+    t0 = dt.datetime(2026, 3, 2, tzinfo=dt.UTC)
+    with JobStore(db) as store:
+        store.upsert(records_to_table([_job("1", t0)]))
+    stale, _age = view.get("n", count)  # answered at once, from before the write
+    assert stale == 0
+    wait_until(lambda: view.get("n", count)[0] == 1, 10, "the recomputed count")
+
+
+def _job(job_id: str, t0: dt.datetime) -> Any:
+    from headway.schema import JobRecord, State
+
+    return JobRecord(
+        job_id=job_id,
+        user="u",
+        name="n",
+        submit_time=t0,
+        start_time=t0,
+        end_time=t0 + dt.timedelta(hours=1),
+        gpus=1,
+        state=State.COMPLETED,
+        source="s",
+    )
