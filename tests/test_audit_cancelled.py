@@ -274,9 +274,9 @@ def test_the_real_job_table_without_names_or_groups_shows_each_users_runs_by_use
 def test_the_cancelled_charts_draw_in_headless_chromium(tmp_path: Path) -> None:
     """Both cancelled charts draw bars in a real browser: one bar per bucket with GPU-hours, and a stacked
     bar per user (Chromium as tests/test_report_browser.py drives it; skips without it)."""
-    from test_report_browser import _chromium, _dump_dom, _sections
+    from test_report_browser import _dump_dom, _sections, chromium
 
-    exe = _chromium()
+    exe = chromium()
     c = State.CANCELLED
     jobs = [
         job("q", c, runtime=None),
