@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from headway.decision_log import DecisionRecord
+from headway.policy.snapshot import tier_of_reason
 from headway.schema import JOB_SCHEMA
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def to_decision(row: Mapping[str, Any], jobs: Mapping[int, Mapping[str, Any]]) -
             {
                 "job_id": str(jid),
                 "rank": e.get("rank"),
-                "tier": reason.split("; score")[0] or None,
+                "tier": tier_of_reason(reason),
                 "score": e.get("score"),
                 "p_success": f.get("p", job.get("p_success")),
                 "runtime_s": runtime,

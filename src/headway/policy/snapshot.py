@@ -244,6 +244,14 @@ class Ranking:
         return [self.reason(int(i)) for i in self.order]
 
 
+def tier_of_reason(reason: str | None) -> str | None:
+    """The tier a `Ranking.reason` names: what comes before its "; score" (None for no reason). The
+    adapters keep only the reason text, and a tier's own name may hold parentheses."""
+    if not reason:
+        return None
+    return reason.split("; score ", 1)[0].strip() or None
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """A diff for the caller to apply: jobs to start (with GPUs), jobs to preempt, the reservation."""

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headway.policy.snapshot import tier_of_reason
+
 MAX_EXPLAINED = 200  # pending jobs asked `why` per refresh (in rank order); the rest show their rank only
 QUEUE_TTL_S = 2.0  # a refresh within this of the last one is answered from it
 
@@ -60,13 +62,6 @@ class QueueView:
 
 def _iso_now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
-def tier_of(reason: str | None) -> str | None:
-    """The tier is what the policy's reason says before its score ("normal; score 0.31 (...)")."""
-    if not reason:
-        return None
-    return reason.split("; score ", 1)[0].strip() or None
 
 
 class LocalQueue:
@@ -137,7 +132,7 @@ class LocalQueue:
                     QueueJob(
                         state="PENDING",
                         rank=w.get("rank", j.get("rank")),
-                        tier=tier_of(w.get("policy_reason")),
+                        tier=tier_of_reason(w.get("policy_reason")),
                         estimated_start=w.get("estimated_start"),
                         reason=reason,
                         **common,
@@ -173,29 +168,28 @@ def slurm_view(record: Any) -> QueueView:
     )
     for r in record.ranking:
         view.pending.append(
-            QueueJob(
-                job_id=str(r.get("job_id")),
-                user=r.get("user"),
-                name=r.get("name"),
-                gpus=r.get("gpus"),
-                state="PENDING",
+            _logged_job(
+                r,
+                "PENDING",
                 rank=r.get("rank"),
-                tier=r.get("tier") or tier_of(r.get("reason")),
+                tier=r.get("tier") or tier_of_reason(r.get("reason")),
                 p_success=r.get("p_success"),
                 runtime_s=r.get("runtime_s"),
                 estimated_start=r.get("estimated_start"),
                 reason=r.get("reason"),
             )
         )
-    for r in record.running:
-        view.running.append(
-            QueueJob(
-                job_id=str(r.get("job_id")),
-                user=r.get("user"),
-                name=r.get("name"),
-                gpus=r.get("gpus"),
-                state="RUNNING",
-                where=r.get("where"),
-            )
-        )
+    view.running.extend(_logged_job(r, "RUNNING", where=r.get("where")) for r in record.running)
     return view
+
+
+def _logged_job(r: dict[str, Any], state: str, **more: Any) -> QueueJob:
+    """A job of a logged pass, its fields copied by name (a field the log gains does not reach the web)."""
+    return QueueJob(
+        job_id=str(r.get("job_id")),
+        user=r.get("user"),
+        name=r.get("name"),
+        gpus=r.get("gpus"),
+        state=state,
+        **more,
+    )
