@@ -119,6 +119,8 @@ def make_jobs(rows: Sequence[dict[str, object]]) -> pa.Table:
             "state": r.get("state", "COMPLETED"),
             "exit_code": None,
             "source": "test",
+            "preemptible": r.get("preemptible"),
+            "checkpoint_every": r.get("checkpoint_every"),
         }
         for k, v in vals.items():
             cols[k].append(v)

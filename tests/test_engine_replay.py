@@ -111,7 +111,10 @@ TRACE_JOBS, TRACE_SEED, LOAD = 400, 11, 1.3
 # multifactor when a GPU shared by fractional jobs got its sharers' end in reservations (it was never),
 # and again when a share was charged to its node's slack, not to its whole free GPUs;
 # the topology rows of fifo, fifo-skip and sjf-oracle when a gang no rack holds took as few racks as may
-# be (tests/test_engine.py and tests/test_placement_topology.py have each case).
+# be (tests/test_engine.py and tests/test_placement_topology.py have each case);
+# las when a restart stopped during its restart penalty paid the whole penalty again at its next start
+# (it used to carry the unpaid rest on top of a new one); impact and impact-oracle when high and urgent
+# jobs got a tier of their own (this trace has `high` jobs) and running jobs' ends became survival-aware.
 # Regenerate only deliberately, when a policy's definition changes: `python tests/test_engine_replay.py`.
 GOLDEN: dict[str, str] = {
     "fifo/first-fit": "d6c6c15cb905ccb3fa85",
@@ -122,14 +125,14 @@ GOLDEN: dict[str, str] = {
     "sjf-oracle/topology": "5e7d02ce1bb2e53bafb5",
     "qssf/first-fit": "f21758664aa5349519d3",
     "qssf/topology": "293c7d7d7aaf1ecb4022",
-    "las/first-fit": "0dfaa19e3d61c3ada224",
-    "las/topology": "c89050a3ffdba653ed16",
+    "las/first-fit": "639df2e7892095ffe6cf",
+    "las/topology": "76c5f2d7e3a114fc4333",
     "multifactor/first-fit": "d4baa50ad291b89a8362",
     "multifactor/topology": "629d33f72bf5f5055d0a",
-    "impact/first-fit": "c3ebcaa4cefb3c9f62b4",  # re-recorded: R is now the expected runtime (below)
-    "impact/topology": "184cd0e82d8d9a8d6b45",
-    "impact-oracle/first-fit": "22e082620892dbab0402",
-    "impact-oracle/topology": "5774c66b2ef6bdf50984",
+    "impact/first-fit": "122b7945b3ae88e3c5fe",  # re-recorded: R is now the expected runtime (below)
+    "impact/topology": "2dcc6d4a3be5b690146b",
+    "impact-oracle/first-fit": "d8bbefc32f4b0be5917a",
+    "impact-oracle/topology": "74d2f18ebd6e74b86982",
 }
 
 
@@ -160,8 +163,9 @@ def replay(
 
 
 # impact's digests before its R became the expected runtime (runtime_estimate="mean"): the point estimate
-# must still replay exactly as it did (topology re-recorded with the multi-rack change above).
-IMPACT_POINT = {"first-fit": "4003eafa3a1027076516", "topology": "cf5d8bb8888459531782"}
+# must still replay exactly as it did (topology re-recorded with the multi-rack change above; both with
+# the urgent tier above).
+IMPACT_POINT = {"first-fit": "62e4f911bd19ed8efa5f", "topology": "9336a1f605c9e1f21f76"}
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)

@@ -59,7 +59,12 @@ def running(rows: Sequence[dict[str, Any]]) -> RunningJobs:
         runtime=col("R", HOUR),
         runtime_p90=col("R", HOUR) * 2,
         attained=col("attained", 0.0),
-        preemptible=np.ones(n, dtype=bool),
+        preemptible=col("preemptible", True, np.bool_),
+        p_success=col("p", math.nan),
+        time_to_failure=col("F", math.nan),
+        last_preempted=col("last_preempted", math.nan),
+        checkpoint_every=col("checkpoint_every", math.nan),
+        probe=col("probe", False, np.bool_),
     )
 
 

@@ -79,6 +79,11 @@ def _snapshot(jobs: list[tuple], usage: list[float], classes: list[str], busy: l
         runtime_p90=np.full(r, 7200.0),
         attained=np.zeros(r),
         preemptible=np.ones(r, dtype=bool),
+        p_success=np.full(r, math.nan),
+        time_to_failure=np.full(r, math.nan),
+        last_preempted=np.full(r, math.nan),
+        checkpoint_every=np.full(r, math.nan),
+        probe=np.zeros(r, dtype=bool),
     )
     free = (share == FULL_SHARE).sum(axis=1).astype(np.int64)
     view = ClusterView(share, free, owner, np.full(nodes, 8), np.arange(nodes, dtype=np.int64) // 2, 2)
@@ -132,10 +137,11 @@ def test_impact_ranks_by_tier_then_score_with_nan_scores_last_in_their_tier(
     ranking = pol.rank(snap)
     tier, score, p = ranking.tier.tolist(), ranking.score.tolist(), snap.pending
     submit, key = p.submit.tolist(), p.key.tolist()
+    rank_of_tier = [0, 3, 4, 2, 1]  # starved, urgent (tier 4), probe (3), normal (1), held (2)
     want = sorted(
         range(len(p)),
         key=lambda i: (
-            tier[i],
+            rank_of_tier[tier[i]],
             score[i] != score[i],
             0.0 if score[i] != score[i] else -score[i],
             submit[i],
@@ -145,8 +151,10 @@ def test_impact_ranks_by_tier_then_score_with_nan_scores_last_in_their_tier(
     assert ranking.order.tolist() == want
     deadline = p.submit + np.array([pol.max_wait_s[classes[k]] for k in p.klass.tolist()])
     assert [t == 0 for t in tier] == (deadline <= NOW).tolist()  # starved: past its class's max_wait
-    held = (p.fail_streak >= pol.hold_after) & (deadline > NOW)
+    urgent = np.array([classes[k] in ("high", "urgent") for k in p.klass.tolist()])
+    held = (p.fail_streak >= pol.hold_after) & (deadline > NOW) & ~urgent  # a high/urgent job is never held
     assert [t == 2 for t in tier] == held.tolist()
+    assert [t == 4 for t in tier] == ((deadline > NOW) & urgent).tolist()
 
 
 def test_a_queue_of_one_computes_its_scores_only_when_read() -> None:

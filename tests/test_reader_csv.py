@@ -13,7 +13,7 @@ import pytest
 from headway.schema import JOB_SCHEMA, table_to_records
 from headway.traces.base import BadInputError, ReadOptions
 from headway.traces.csvmap import READER, SLURM_TRES_IDS, load_mapping
-from headway.traces.registry import sniff
+from headway.traces.registry import read, sniff
 
 DATA = Path(__file__).parent / "data"
 CSV = DATA / "lsf_like_jobs.csv"
@@ -436,3 +436,60 @@ def test_the_documented_tres_example_is_the_mapping_the_cross_check_proves() -> 
     by_file = load_mapping(JOB_TABLE_MAPPING).tres_ids
     assert inline.items() <= by_file.items() and SLURM_TRES_IDS.items() <= by_file.items()
     assert by_file["1000"] == "dynamic_offset"  # a deleted row of the table is still named
+
+
+def _preemption_log(tmp_path: Path, fields: str, constants: str = "") -> Path:
+    """A log whose mapping reads the preemption fields (issue 27); returns the mapping's path."""
+    (tmp_path / "p.csv").write_text(
+        "id,st,spot,ckpt_min\n1,ok,TRUE,10\n2,ok,no,\n3,ok,1,0\n4,ok,,5\n5,ok,maybe,x\n6,ok,Yes,1.5\n"
+    )
+    m = tmp_path / "p.toml"
+    m.write_text(f'[fields]\njob_id = "id"\nstate = "st"\n{fields}\n[states]\nok = "COMPLETED"\n{constants}')
+    return m
+
+
+def test_a_mapping_reads_preemptible_as_yes_or_no_and_checkpoint_every_as_seconds(tmp_path: Path) -> None:
+    m = _preemption_log(tmp_path, 'preemptible = "spot"\ncheckpoint_every = "ckpt_min * 60"')
+    res = read("csv", tmp_path / "p.csv", ReadOptions(mapping=m))  # the reader and the shared rules
+    got = {r.job_id: (r.preemptible, r.checkpoint_every) for r in table_to_records(res.table)}
+    assert got == {
+        "1": (True, 600),
+        "2": (False, None),
+        "3": (True, 0),  # 0: it saves its progress when stopped (the policies lose nothing of it)
+        "4": (None, 300),
+        "5": (None, None),  # neither a yes/no nor a number: stored as null, the job kept
+        "6": (True, 90),
+    }
+    assert res.bad_row_count == 0
+    nulled = {(p.column, p.reason): p.count for p in res.problems}
+    assert nulled == {("spot", "not true/false, yes/no or 1/0"): 1, ("ckpt_min", "not a number"): 1}
+    assert "preemptible" not in res.missing_fields and "checkpoint_every" not in res.missing_fields
+
+
+def test_preemption_fields_a_mapping_leaves_out_are_null_and_not_listed_as_missing(tmp_path: Path) -> None:
+    """Almost no log says whether a job may be preempted: its lack is no gap in what the audit reads."""
+    m = _preemption_log(tmp_path, "", "[constants]\npreemptible = true\n")
+    res = read("csv", tmp_path / "p.csv", ReadOptions(mapping=m))
+    records = table_to_records(res.table)
+    assert {(r.preemptible, r.checkpoint_every) for r in records} == {(True, None)}
+    assert "checkpoint_every" not in res.missing_fields and "user" in res.missing_fields
+
+
+@pytest.mark.parametrize(
+    ("lines", "key", "said"),
+    [
+        ('preemptible = "spot * 2"', "fields.preemptible", "a yes/no field is read from a column"),
+        ('[constants]\npreemptible = "yes"', "constants.preemptible", "must be true or false"),
+        ("[constants]\ncheckpoint_every = true", "constants.checkpoint_every", "must be a number"),
+        ('preemptible = { column = "spot", tres = "gres/gpu" }', "fields.preemptible.tres", "only gpus"),
+    ],
+)
+def test_preemption_mapping_errors_name_the_mapping_file_and_key(
+    tmp_path: Path, lines: str, key: str, said: str
+) -> None:
+    (tmp_path / "p.csv").write_text("id,st,spot\n1,ok,yes\n")
+    m = tmp_path / "p.toml"
+    m.write_text(f'[fields]\njob_id = "id"\nstate = "st"\n{lines}\n')
+    with pytest.raises(BadInputError) as exc:
+        READER.read(tmp_path / "p.csv", ReadOptions(mapping=m))
+    assert str(exc.value).startswith(f"{m}: {key}:") and said in str(exc.value)

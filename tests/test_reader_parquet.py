@@ -117,3 +117,31 @@ def test_times_past_the_calendar_are_bad_rows(tmp_path: Path) -> None:
     res = READER.read(p, ReadOptions())
     assert res.table.column("job_id").to_pylist() == ["1"]
     assert [(b.line, b.reason) for b in res.bad_rows] == [(2, "submit_time: beyond year 9999")]
+
+
+def test_the_preemption_fields_pass_through_an_export_and_back(tmp_path: Path) -> None:
+    """A Parquet file's preemptible and checkpoint_every (issue 27) are stored, exported and read back;
+    a file without them (an older export) reads them as null, not listed among missing fields."""
+    t = pa.table(
+        {
+            "job_id": ["1", "2", "3"],
+            "state": ["COMPLETED", "RUNNING", "PENDING"],
+            "preemptible": pa.array([1, 0, None], pa.int8()),  # a 0/1 column written by pandas
+            "checkpoint_every": [600, None, 1800],
+        }
+    )
+    src, db, out = tmp_path / "in.parquet", tmp_path / "j.duckdb", tmp_path / "out.parquet"
+    pq.write_table(t, src)
+    for argv in (["ingest", str(src), "--db", str(db)], ["export", "--db", str(db), "--parquet", str(out)]):
+        res = runner.invoke(app, argv)
+        assert res.exit_code == 0, res.output
+    back = READER.read(out, ReadOptions())
+    cols = ("job_id", "preemptible", "checkpoint_every")
+    got = sorted(back.table.select(cols).to_pylist(), key=lambda r: r["job_id"])
+    assert [tuple(r.values()) for r in got] == [("1", True, 600), ("2", False, None), ("3", None, 1800)]
+    assert pq.read_schema(out).field("preemptible").type == pa.bool_()
+    older = tmp_path / "older.parquet"
+    pq.write_table(t.drop_columns(["preemptible", "checkpoint_every"]), older)
+    res_old = READER.read(older, ReadOptions())
+    assert res_old.table.column("preemptible").null_count == 3
+    assert not {"preemptible", "checkpoint_every"} & set(res_old.missing_fields)

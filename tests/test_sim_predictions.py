@@ -29,7 +29,15 @@ def replay(policy: str, placement: str, factory: type) -> SimResult:
 
 
 def test_the_prediction_blind_policies_are_the_baselines() -> None:
-    assert BLIND == ["fairshare", "fifo", "fifo-skip", "las", "multifactor", "sjf-oracle"]
+    assert BLIND == [
+        "fairshare",
+        "fifo",
+        "fifo-skip",
+        "las",
+        "multifactor",
+        "multifactor-preempt",
+        "sjf-oracle",
+    ]
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)

@@ -1148,3 +1148,48 @@ def test_the_snapshot_decays_each_gpu_second_from_when_it_was_used_and_shares_am
     assert usage["dee"] == pytest.approx(2 * (1 - 2 ** (-day / h)) * h / math.log(2), abs=1e-3)
     assert usage["cy"] == 0.0 and set(snap.shares.tolist()) == {0.25}
     assert snap.pending.fail_streak.tolist() == [3, 0]  # bob's nameless jobs: keyed by bob + lab
+
+
+def test_running_jobs_are_preemptable_by_their_qos_and_carry_the_predictors_survival(
+    shared_traces: Path,
+) -> None:
+    """squeue --json names each job's QOS, what Slurm's preempt/qos preempts by: the running jobs of the
+    QOS given to --preemptible-qos (default `low`, matched without regard to case) are preemptable, the
+    others and a job without a QOS not; p_success and time to failure are the predictor's for each."""
+    from headway.policy.snapshot import Snapshot
+    from headway.slurm.queue import NodeGpus
+    from headway.slurm.sync import DEFAULT_PREEMPTIBLE_QOS, build_snapshot, parse_qos_list
+
+    doc = json.loads((shared_traces / SLURM / "squeue_pending.json").read_text())
+    running_ids = [j["job_id"] for j in doc["jobs"] if j["job_state"] == "RUNNING"]
+    qos = dict(zip(running_ids, ["low", "Scavenger", "normal", None], strict=True))
+    for j in doc["jobs"]:
+        if j["job_id"] in qos:
+            j["qos"] = qos[j["job_id"]]
+    jobs = parse_squeue_json(json.dumps(doc))
+    pending = [j for j in jobs if j.state == "PENDING"]
+    running = [j for j in jobs if j.state == "RUNNING"]
+    assert [j.qos for j in running] == ["low", "Scavenger", "normal", None]
+
+    def preds(p: list[float], ttf: list[float]) -> Predictions:
+        n = len(p)
+        return Predictions(np.array(p), np.full(n, 3600.0), np.full(n, 7200.0), np.array(ttf))
+
+    pred_pending = preds([0.5] * len(pending), [60.0] * len(pending))
+    pred_running = preds([0.9, 0.2, 0.7, 0.4], [600.0, 30.0, 900.0, 120.0])
+    nodes = [NodeGpus("n1", 8, 8, "allocated")]
+    now = max(j.submit_time for j in jobs) + 60
+
+    def snapshot(preemptible_qos: frozenset[str]) -> Snapshot:
+        return build_snapshot(
+            pending, running, nodes, pred_pending, pred_running, [], now, 1, preemptible_qos
+        )
+
+    assert parse_qos_list("low") == DEFAULT_PREEMPTIBLE_QOS
+    assert snapshot(DEFAULT_PREEMPTIBLE_QOS).running.preemptible.tolist() == [True, False, False, False]
+    run = snapshot(parse_qos_list(" low, SCAVENGER ,")).running
+    assert run.preemptible.tolist() == [True, True, False, False]
+    assert run.p_success.tolist() == [0.9, 0.2, 0.7, 0.4]
+    assert run.time_to_failure.tolist() == [600.0, 30.0, 900.0, 120.0]
+    assert np.isnan(run.checkpoint_every).all() and np.isnan(run.last_preempted).all()
+    assert not snapshot(parse_qos_list("")).running.preemptible.any()

@@ -118,6 +118,8 @@ KNOWN: dict[str, object] = {
     "time_limit": 7200,
     "state": "FAILED",
     "exit_code": 1,
+    "preemptible": True,
+    "checkpoint_every": 900,
 }
 
 
@@ -147,8 +149,9 @@ def test_a_poorer_copy_of_stored_jobs_keeps_every_known_value_it_leaves_null(tmp
         assert _stored(store, "2") == {"job_id": "2", **KNOWN, "user": "bob", "name": "renamed"}
         by_field = {f: 1 for f in ("group", "name", "partition", "priority_class", "start_time")}
         by_field |= {f: 1 for f in ("end_time", "gpus", "nodes", "cpus", "mem_mb")}
+        by_field |= {f: 1 for f in ("preemptible", "checkpoint_every")}
         assert store.last_kept_by_field == by_field | {"user": 2, "exit_code": 2}
-        assert store.last_kept_values == 14
+        assert store.last_kept_values == 16
 
 
 def test_a_requeued_job_keeps_its_user_and_name_but_not_its_earlier_runs_times_or_exit_code(
@@ -217,3 +220,110 @@ def test_a_first_ingest_and_a_reingest_of_the_same_rows_keep_no_values(tmp_db: P
             assert store.upsert(rows, refuse_reused_ids=True) == 2
             assert store.last_kept_values == 0 and store.last_kept_by_field == {}
         assert _stored(store, "1")["group"] is None and _stored(store, "2")["exit_code"] is None
+
+
+# The jobs table of the headway before issue 27 (preemption), as that headway created it: written out here,
+# not derived from JOB_SCHEMA, so it stays the old layout whatever the schema becomes.
+OLD_JOBS = """CREATE TABLE jobs ("job_id" VARCHAR, "user" VARCHAR, "group" VARCHAR, "name" VARCHAR,
+    "partition" VARCHAR, "priority_class" VARCHAR, "submit_time" TIMESTAMPTZ, "start_time" TIMESTAMPTZ,
+    "end_time" TIMESTAMPTZ, "gpus" DOUBLE, "nodes" INTEGER, "cpus" BIGINT, "mem_mb" BIGINT,
+    "time_limit" BIGINT, "state" VARCHAR, "exit_code" INTEGER, "source" VARCHAR)"""
+OLD_VIEW = """CREATE VIEW jobs_v AS SELECT *, epoch(end_time) - epoch(start_time) AS runtime,
+    epoch(start_time) - epoch(submit_time) AS wait, coalesce(gpus, 0)
+    * greatest(coalesce(epoch(end_time) - epoch(start_time), 0), 0) / 3600.0 AS gpu_hours FROM jobs"""
+OLD_ROWS = """INSERT INTO jobs VALUES
+    ('1', 'ann', 'ml', 'train', 'gpu', 'low', '2026-01-01 00:00:00+00', '2026-01-01 00:05:00+00',
+     '2026-01-01 01:05:00+00', 2.0, 1, 8, 64000, 7200, 'FAILED', 1, 'c'),
+    ('2', 'bob', NULL, NULL, NULL, NULL, '2026-01-01 00:00:00+00', NULL, NULL, 4.0, 1, NULL, NULL, NULL,
+     'PENDING', NULL, 'c')"""
+
+
+def _old_store(path: Path) -> None:
+    import duckdb
+
+    with duckdb.connect(str(path)) as c:
+        c.execute(OLD_JOBS)
+        c.execute(OLD_VIEW)
+        c.execute(OLD_ROWS)
+
+
+def _columns(path: Path) -> list[str]:
+    import duckdb
+
+    with duckdb.connect(str(path), read_only=True) as c:
+        return [str(r[0]) for r in c.execute("DESCRIBE jobs").fetchall()]
+
+
+def test_an_earlier_headways_store_is_read_read_only_with_the_new_fields_null_and_left_as_it_was(
+    tmp_db: Path,
+) -> None:
+    """The dashboard and the audit open the store read-only: a store of the headway before preemption is
+    read through views that add the two columns as nulls, and the file is not changed."""
+    _old_store(tmp_db)
+    with JobStore(tmp_db, read_only=True) as store:
+        assert store.lacks == ("preemptible", "checkpoint_every") and store.upgraded == ()
+        rows = {r["job_id"]: r for r in store.table().to_pylist()}
+        assert rows["1"] == {
+            "job_id": "1",
+            **KNOWN,
+            "priority_class": "low",
+            "preemptible": None,
+            "checkpoint_every": None,
+        }
+        assert store.table("state = ?", ["PENDING"]).column("job_id").to_pylist() == ["2"]
+        got = store.con.execute(
+            "SELECT job_id, preemptible, checkpoint_every, runtime, gpu_hours FROM jobs_v ORDER BY job_id"
+        ).fetchall()
+        assert got == [("1", None, None, 3600.0, 2.0), ("2", None, None, None, 0.0)]
+        assert store.con.execute("SELECT count(preemptible), count(*) FROM jobs").fetchone() == (0, 2)
+        assert store.count() == 2
+    assert "preemptible" not in _columns(tmp_db)
+
+
+def test_an_earlier_headways_store_gets_the_new_columns_in_place_when_opened_writable(tmp_db: Path) -> None:
+    _old_store(tmp_db)
+    with JobStore(tmp_db) as store:
+        assert store.upgraded == ("preemptible", "checkpoint_every") and store.lacks == ()
+        rows = {r["job_id"]: r for r in store.table().to_pylist()}
+        assert rows["1"] == {
+            "job_id": "1",
+            **KNOWN,
+            "priority_class": "low",
+            "preemptible": None,
+            "checkpoint_every": None,
+        }
+        assert (rows["2"]["user"], rows["2"]["gpus"], rows["2"]["state"]) == ("bob", 4.0, "PENDING")
+        # The new fields round-trip, and a later row that leaves them null keeps them (re-ingest never
+        # forgets), as for every other field.
+        store.upsert(_arrow({"job_id": "1", **KNOWN}, {"job_id": "3", **KNOWN, "preemptible": False}))
+        store.upsert(_arrow({"job_id": "1", **KNOWN, "preemptible": None, "checkpoint_every": None}))
+        assert store.last_kept_by_field == {"preemptible": 1, "checkpoint_every": 1}
+        assert _stored(store, "1") == {"job_id": "1", **KNOWN}
+        assert (_stored(store, "3")["preemptible"], _stored(store, "3")["checkpoint_every"]) == (False, 900)
+        got = store.con.execute("SELECT preemptible, runtime FROM jobs_v WHERE job_id = '1'").fetchone()
+        assert got == (True, 3600.0)
+    assert _columns(tmp_db)[-2:] == ["preemptible", "checkpoint_every"]
+    with JobStore(tmp_db, read_only=True) as store:  # upgraded once: nothing lacks on the next open
+        assert (store.lacks, store.upgraded, store.count()) == ((), (), 3)
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        # a column of the old layout missing as well: not an earlier headway's table
+        (('"source" VARCHAR)', ")"), "16 columns where headway has 19"),
+        # the new columns present but of another type: another program's table
+        (('"source" VARCHAR)', '"source" VARCHAR, "preemptible" VARCHAR)'), "preemptible VARCHAR"),
+    ],
+)
+def test_a_layout_that_is_not_an_earlier_headways_is_still_refused(
+    tmp_db: Path, change: tuple[str, str], said: str
+) -> None:
+    import duckdb
+
+    with duckdb.connect(str(tmp_db)) as c:
+        c.execute(OLD_JOBS.replace(*change))
+    for read_only in (True, False):
+        with pytest.raises(StoreError, match=re.escape(said)):
+            JobStore(tmp_db, read_only=read_only)
+    assert "checkpoint_every" not in _columns(tmp_db)

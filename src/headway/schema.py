@@ -81,6 +81,11 @@ JOB_SCHEMA = pa.schema(
         pa.field("state", pa.string(), nullable=False),
         pa.field("exit_code", pa.int32()),
         pa.field("source", pa.string(), nullable=False),
+        # Whether a higher class may stop the job and requeue it (Beaker's flag; a preemptable Slurm QOS;
+        # `headway submit --preemptible`); null: not said. How often it saves its progress (seconds): a
+        # preempted job resumes from its last checkpoint (null: the policies' documented default).
+        pa.field("preemptible", pa.bool_()),
+        pa.field("checkpoint_every", pa.int64()),
     ]
 )
 
@@ -113,6 +118,8 @@ class JobRecord:
     mem_mb: int | None = None
     time_limit: int | None = None
     exit_code: int | None = None
+    preemptible: bool | None = None
+    checkpoint_every: int | None = None  # seconds
 
     @property
     def runtime(self) -> float | None:

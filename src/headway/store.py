@@ -23,12 +23,18 @@ DEFAULT_DB = "headway.duckdb"
 
 _DUCK_TYPES = {
     pa.string(): "VARCHAR",
+    pa.bool_(): "BOOLEAN",
     pa.float64(): "DOUBLE",
     pa.int32(): "INTEGER",
     pa.int64(): "BIGINT",
     pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ",
 }
 _DESCRIBED = {"TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE"}  # how DESCRIBE names a type
+# Columns JOB_SCHEMA gained after its first layout, in the order they were added, each at the end (issue 27:
+# preemption). A store of an earlier headway lacks a tail of them: opened writable, it gets them added in
+# place (null for the jobs already stored); opened read-only, it is read as if they were null.
+ADDED_COLUMNS: tuple[str, ...] = ("preemptible", "checkpoint_every")
+assert FIELD_NAMES[-len(ADDED_COLUMNS) :] == ADDED_COLUMNS, "added columns go at the end of JOB_SCHEMA"
 
 # Derived fields of DESIGN.md, as SQL over the stored columns (seconds, and GPU-hours).
 DERIVED_SQL = """
@@ -154,9 +160,16 @@ class JobStore:
             raise StoreError(f"{self.path}: no job store here yet (run `headway ingest` first, or pass --db)")
         _check_is_store(self.path)
         self.con = self._connect(read_only, wait, on_wait or _say_on_stderr)
-        self._check_schema()
+        # The columns this store lacks, of an earlier headway's layout (ADDED_COLUMNS): added now when
+        # writable, read as nulls when read-only; `upgraded` names those added by this open.
+        self.lacks: tuple[str, ...] = self._check_schema()
+        self.upgraded: tuple[str, ...] = ()
         if not read_only:
+            if self.lacks:
+                self._upgrade()
             self._ensure_schema()
+        elif self.lacks:
+            self._read_as_current()
         self.last_repeats = 0  # rows of the last `upsert` that repeated an earlier row's (source, job_id)
         self.last_added = 0  # jobs the last `upsert` added to the store
         self.last_updated = 0  # stored jobs the last `upsert` replaced by a newer row of the same job
@@ -190,10 +203,12 @@ class JobStore:
         except duckdb.Error as e:
             raise StoreError(f"{self.path}: cannot open the job store: {str(e).splitlines()[0]}") from e
 
-    def _check_schema(self) -> None:
+    def _check_schema(self) -> tuple[str, ...]:
         """Refuse a database that is not a headway job store, before writing to it or reading it: an
         unrelated DuckDB file got headway's tables added, and a store of another layout (another program,
-        another headway version) failed later with a traceback, or converted types silently."""
+        another headway version) failed later with a traceback, or converted types silently. An earlier
+        headway's layout (this one less a tail of ADDED_COLUMNS) is no other layout: the columns it lacks
+        are returned."""
         objects = {
             (str(r[0]), str(r[1]), str(r[2]))
             for r in self.con.execute(
@@ -202,7 +217,7 @@ class JobStore:
             ).fetchall()
         }
         if not objects:
-            return  # a new store
+            return ()  # a new store
         tables = {
             (name if schema == "main" else f"{schema}.{name}") + (" (a view)" if kind == "VIEW" else "")
             for schema, name, kind in objects
@@ -215,6 +230,9 @@ class JobStore:
             )
         have = [(str(r[0]), str(r[1])) for r in self.con.execute("DESCRIBE jobs").fetchall()]
         want = [(f.name, _DESCRIBED.get(_DUCK_TYPES[f.type], _DUCK_TYPES[f.type])) for f in JOB_SCHEMA]
+        earliest = len(want) - len(ADDED_COLUMNS)
+        if earliest <= len(have) < len(want) and have == want[: len(have)]:
+            return FIELD_NAMES[len(have) :]
         if have != want:
             diff = next(
                 (
@@ -229,6 +247,38 @@ class JobStore:
                 f"{self.path}: its jobs table is not the layout of this headway ({diff}): a store of another "
                 "program or another headway version; ingest the logs into a new store"
             )
+        return ()
+
+    def _upgrade(self) -> None:
+        """Add the columns an earlier headway's store lacks, in place and in one transaction (the stored
+        jobs keep every value; the new fields are null: not known), and the view over them."""
+        try:
+            self.con.execute("BEGIN")
+            for name in self.lacks:
+                f = JOB_SCHEMA.field(name)
+                self.con.execute(f"ALTER TABLE jobs ADD COLUMN {_q(name)} {_DUCK_TYPES[f.type]}")
+            self.con.execute(f"CREATE OR REPLACE VIEW jobs_v AS SELECT *, {DERIVED_SQL} FROM jobs")
+            self.con.execute("COMMIT")
+        except duckdb.Error as e:
+            with contextlib.suppress(duckdb.Error):
+                self.con.execute("ROLLBACK")
+            self.con.close()
+            raise StoreError(
+                f"{self.path}: cannot add {', '.join(self.lacks)} to the job store of an earlier headway: "
+                f"{str(e).splitlines()[0]}"
+            ) from e
+        self.upgraded, self.lacks = self.lacks, ()
+
+    def _read_as_current(self) -> None:
+        """A read-only open of an earlier headway's store: this connection's own (temporary) `jobs` and
+        `jobs_v` views stand in front of the stored table, with nulls for the columns it lacks, so every
+        reader of either name reads this layout; the file is not touched (the next writable open, e.g.
+        `headway ingest`, adds the columns)."""
+        row = self.con.execute("SELECT current_database()").fetchone()
+        assert row is not None
+        nulls = ", ".join(f"NULL::{_DUCK_TYPES[JOB_SCHEMA.field(c).type]} AS {_q(c)}" for c in self.lacks)
+        self.con.execute(f"CREATE TEMP VIEW jobs AS SELECT *, {nulls} FROM {_q(str(row[0]))}.main.jobs")
+        self.con.execute(f"CREATE TEMP VIEW jobs_v AS SELECT *, {DERIVED_SQL} FROM temp.main.jobs")
 
     def _ensure_schema(self) -> None:
         cols = ", ".join(f"{_q(f.name)} {_DUCK_TYPES[f.type]}" for f in JOB_SCHEMA)
@@ -429,8 +479,9 @@ class JobStore:
         return int(row[0]) if row else 0
 
     def table(self, where: str = "", params: list[object] | None = None) -> pa.Table:
-        """Stored jobs as an Arrow table in JOB_SCHEMA, optionally filtered by a SQL condition."""
-        cols = ", ".join(_q(c) for c in FIELD_NAMES)
+        """Stored jobs as an Arrow table in JOB_SCHEMA, optionally filtered by a SQL condition (over the
+        stored columns: a read-only earlier store's are those it has; conform adds the rest as nulls)."""
+        cols = ", ".join(_q(c) for c in FIELD_NAMES if c not in self.lacks)
         sql = f"SELECT {cols} FROM jobs" + (f" WHERE {where}" if where else "")
         # A cursor of its own: a caller's unfinished execute() result on `con` must not block this read.
         cur = self.con.cursor()

@@ -55,6 +55,13 @@ def daemon(
         float,
         typer.Option(help="Seconds between SIGTERM and SIGKILL when a job hits its limit or is cancelled."),
     ] = 10.0,
+    preempt_grace: Annotated[
+        float,
+        typer.Option(
+            help="Seconds between SIGTERM and SIGKILL when a preemptible job is preempted (its time to "
+            "write a checkpoint); it is then requeued under the same id."
+        ),
+    ] = 30.0,
     quiet: Annotated[
         bool, typer.Option(help="Log to the state dir's daemon.log only, not to stderr.")
     ] = False,
@@ -75,6 +82,8 @@ def daemon(
         fail(problem)
     if not 0 <= grace < math.inf:  # NaN too: a NaN grace would never send the SIGKILL
         fail(f"--grace must be a number of seconds >= 0, got {grace}")
+    if not 0 <= preempt_grace < math.inf:
+        fail(f"--preempt-grace must be a number of seconds >= 0, got {preempt_grace}")
     if db is not None:  # checked now, not at the first job end (which would retry every second, forever)
         if db.is_dir():
             fail(f"--db {db}: is a directory; give a file name for the job store")
@@ -104,6 +113,7 @@ def daemon(
         policy=policy,
         store_path=db,
         grace=grace,
+        preempt_grace=preempt_grace,
         gpu_note=inv.note,
         gpu_names=inv.names,
         # `--gpus 4` or `0,1` on a machine with GPUs hands out real devices: lock them as such

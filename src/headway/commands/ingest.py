@@ -336,17 +336,20 @@ def _empty_store(path: Path) -> bool:
 
 def _is_export(path: Path) -> bool:
     """Whether `path` is a Parquet file with the columns `export` writes (the job schema and the derived
-    runtime, wait and gpu_hours)."""
+    runtime, wait and gpu_hours), or an earlier headway wrote (its schema lacked the ADDED_COLUMNS)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from headway.schema import FIELD_NAMES
+    from headway.store import ADDED_COLUMNS
 
     try:
         names = pq.read_schema(path).names
     except (OSError, pa.ArrowException):  # not Parquet, or unreadable
         return False
-    return names == [*FIELD_NAMES, "runtime", "wait", "gpu_hours"]
+    derived = ["runtime", "wait", "gpu_hours"]
+    earliest = len(FIELD_NAMES) - len(ADDED_COLUMNS)
+    return any(names == [*FIELD_NAMES[:k], *derived] for k in range(earliest, len(FIELD_NAMES) + 1))
 
 
 def export(

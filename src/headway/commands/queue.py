@@ -80,6 +80,22 @@ def submit(
     after: Annotated[
         int | None, typer.Option(help="Start only after this job COMPLETED (cancelled if it fails).")
     ] = None,
+    preemptible: Annotated[
+        bool,
+        typer.Option(
+            "--preemptible",
+            help="A higher class may stop this job (SIGTERM, a grace, SIGKILL); it is requeued under the "
+            "same id and resumes from its last checkpoint.",
+        ),
+    ] = False,
+    checkpoint_every: Annotated[
+        str | None,
+        typer.Option(
+            "--checkpoint-every",
+            help="How often the job saves its progress, in seconds (or 30m, 2h): a hint for preemption "
+            "(default: 1800).",
+        ),
+    ] = None,
     state_dir: StateDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -97,6 +113,13 @@ def submit(
             limit = parse_duration(time_limit)
         except ValueError as e:
             fail(str(e))
+    every = None
+    if checkpoint_every is not None:
+        try:  # a bare number is seconds here (unlike --time, where it is minutes, as in sbatch)
+            text = checkpoint_every.strip()
+            every = float(text) if text.isdigit() else parse_duration(text)
+        except ValueError as e:
+            fail(f"--checkpoint-every: {e}")
     try:
         cwd = os.getcwd()
     except FileNotFoundError:
@@ -112,6 +135,8 @@ def submit(
                 "name": name,
                 "priority": priority,
                 "after": after,
+                "preemptible": preemptible,
+                "checkpoint_every": every,
             }
         )
     except RequestError as e:
@@ -134,6 +159,18 @@ def _pct(p: float | None) -> str:
     return "-" if p is None else f"{100 * p:.0f}%"
 
 
+def _preempt_cell(j: dict[str, Any]) -> str:
+    """`yes` for a preemptible job, with its run number once it was preempted (`yes, run 2`)."""
+    word = "yes" if j.get("preemptible") else "no"
+    run = int(j.get("attempt") or 1)
+    return f"{word}, run {run}" if run > 1 else (word if word == "yes" else "-")
+
+
+def _shows_preemption(jobs: list[dict[str, Any]]) -> bool:
+    """Whether a listing needs the PREEMPT column: only when a job in it is preemptible or was preempted."""
+    return any(j.get("preemptible") or int(j.get("attempt") or 1) > 1 for j in jobs)
+
+
 def _public(j: dict[str, Any]) -> dict[str, Any]:
     """The JSON form of a job: everything except internal epoch duplicates."""
     return {k: v for k, v in j.items() if k not in ("submit_ts", "start_ts", "end_ts", "st")}
@@ -153,7 +190,9 @@ def queue(
         return
     now = time.time()
     t = _table()
-    for col in ("JOBID", "NAME", "USER", "ST", "TIME", "GPUS", "REASON", "RANK", "P(OK)"):
+    preempt_col = _shows_preemption(jobs)
+    cols = ("JOBID", "NAME", "USER", "ST", "TIME", "GPUS", "REASON", "RANK", "P(OK)")
+    for col in (*cols, "PREEMPT") if preempt_col else cols:
         t.add_column(
             col,
             justify="right" if col in ("JOBID", "TIME", "GPUS", "RANK", "P(OK)") else "left",
@@ -166,7 +205,7 @@ def queue(
             reason = j["reason"] or "-"
         else:
             reason = j["state"] + (f"({j['exit_code']})" if j["exit_code"] not in (None, 0) else "")
-        t.add_row(  # names, users and reasons as written, never as markup
+        cells = [  # names, users and reasons as written, never as markup
             str(j["id"]),
             plain(j["name"][:24]),
             plain(j["user"]),
@@ -176,7 +215,8 @@ def queue(
             plain(reason),
             str(j["rank"]) if j.get("rank") else "-",
             _pct(j["p_success"]),
-        )
+        ]
+        t.add_row(*cells, *([_preempt_cell(j)] if preempt_col else []))
     print_table(t)
     n_run = sum(1 for j in jobs if j["state"] in ("RUNNING", "LAUNCHING"))
     n_pend = sum(1 for j in jobs if j["state"] == "PENDING")
@@ -354,7 +394,9 @@ def history(
         return
     t = _table()
     submit_col, submitted = local_stamps([j["submit_ts"] for j in jobs])
-    for col in ("JOBID", "NAME", "USER", "STATE", "EXIT", "GPUS", "GPU_IDS", submit_col, "ELAPSED", "WAIT"):
+    preempt_col = _shows_preemption(jobs)
+    cols = ("JOBID", "NAME", "USER", "STATE", "EXIT", "GPUS", "GPU_IDS", submit_col, "ELAPSED", "WAIT")
+    for col in (*cols, "PREEMPT") if preempt_col else cols:
         t.add_column(
             col,
             justify="right" if col in ("JOBID", "EXIT", "GPUS", "ELAPSED", "WAIT") else "left",
@@ -375,6 +417,7 @@ def history(
             stamp,
             _elapsed(j, time.time()) if j.get("start_ts") is not None else "-",
             wait,
+            *([_preempt_cell(j)] if preempt_col else []),
         )
     print_table(t)
 

@@ -33,7 +33,7 @@ from headway.console import (
     safe_escape,
 )
 from headway.policy.placement import PLACEMENTS
-from headway.policy.registry import DEFAULT_COMPARISON, POLICIES
+from headway.policy.registry import DEFAULT_COMPARISON, POLICIES, knobs_for
 from headway.sim.compare import (
     SWEEP_METRICS,
     RefFigure,
@@ -499,6 +499,7 @@ def run_policies(
     include_cpu: bool,
     quiet: bool,
     workers: int = 1,
+    policy_options: dict[str, object] | None = None,
 ) -> list[SimResult]:
     """One replay per policy: side by side in `workers` processes when there are several (0: as many as
     the CPUs and memory allow), else one after another in this process."""
@@ -513,7 +514,9 @@ def run_policies(
         parallel = n_workers > 1
         tasks = {pol: progress.add_task(pol, total=jobs.num_rows, start=not parallel) for pol in policies}
         if parallel:
-            args = RunArgs(jobs, spec, placement, load, seed, frozenset(explain), include_cpu)
+            args = RunArgs(
+                jobs, spec, placement, load, seed, frozenset(explain), include_cpu, dict(policy_options or {})
+            )
 
             def on_progress(pol: str, done: int, total: int) -> None:
                 task = tasks[pol]
@@ -542,6 +545,7 @@ def run_policies(
                     explain=frozenset(explain),
                     include_cpu=include_cpu,
                     progress=_progress_callback(progress, task),
+                    policy_options=knobs_for(pol, dict(policy_options or {})),
                 )
             except (ValueError, BadInputError, RuntimeError) as e:
                 fail(f"{pol}: {e}")
@@ -677,6 +681,27 @@ def simulate(
             min=0,
         ),
     ] = 0,
+    class_mix: Annotated[
+        str | None,
+        typer.Option(
+            help="Draw priority classes and preemptible flags onto the jobs, seeded by --seed: "
+            "`default` (5% urgent gangs of 16-64 GPUs, 20% preemptible low jobs) or "
+            "CLASS=PCT%[@MIN-MAX][:preemptible],... (docs/simulate.md). Default: the trace's own.",
+            show_default=False,
+            metavar="SPEC",
+        ),
+    ] = None,
+    no_preemption: Annotated[
+        bool, typer.Option("--no-preemption", help="Replay impact without preempting (as before it did).")
+    ] = False,
+    fail_fast: Annotated[
+        bool,
+        typer.Option(
+            "--fail-fast/--no-fail-fast",
+            help="impact's fail-fast lane: jobs likely to fail early get a short probe first "
+            "(docs/policies.md).",
+        ),
+    ] = False,
 ) -> None:
     """Replay a job log under each policy on a model cluster and compare time-to-success, waiting,
     utilisation, fragmentation and fairness (one row per policy, ratios to multifactor)."""
@@ -701,6 +726,14 @@ def simulate(
     jobs, info = load_jobs(trace, fmt, db, tz, mapping, source, wait)
     spec, found = _cluster_for(trace, info, jobs, nodes, gpus_per_node, nodes_per_rack, cluster, nodes_file)
     jobs = _with_copies(jobs, copies)
+    mix = None
+    if class_mix is not None:
+        from headway.sim.classmix import apply_mix
+
+        try:
+            jobs, mix = apply_mix(jobs, class_mix, seed)
+        except ValueError as e:
+            fail(str(e))
     if explain is not None and (problem := explain_problem(jobs, explain, info.label)) is not None:
         fail(problem)
     if not as_json:
@@ -712,6 +745,11 @@ def simulate(
                 f"simulating {', '.join(policies)}"
             )
         )
+        if mix is not None:
+            got = ", ".join(f"{k} {v:,}" for k, v in sorted(mix.counts.items()))
+            short = "".join(f"; {k} got {v:,} (fewer jobs fit its range)" for k, v in mix.short.items())
+            pre = f"{mix.preemptible:,} preemptible"
+            err.print(plain(f"class mix {mix.spec}, seed {mix.seed}: {got}; {pre}{short}"))
     results = run_policies(
         jobs,
         spec,
@@ -723,6 +761,7 @@ def simulate(
         include_cpu=include_cpu,
         quiet=as_json,
         workers=workers,
+        policy_options={"preemption": not no_preemption, "fail_fast": fail_fast},
     )
     if results and results[0].jobs.num_rows == 0:
         _print_left_out(results[0].excluded_counts, results[0].excluded, err if as_json else out)
@@ -758,6 +797,9 @@ def simulate(
         "excluded": excluded,
         "excluded_counts": results[0].excluded_counts if results else {},
         "reference": {"name": "helios-philly", "rows": reference_rows(figs, metrics)} if figs else None,
+        "class_mix": mix.as_dict() if mix is not None else None,
+        "preemption": not no_preemption,
+        "fail_fast": fail_fast,
     }
     explain_tables: list[Table] = []
     left_out = why_left_out(jobs, results, explain) if explain else None

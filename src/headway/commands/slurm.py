@@ -32,6 +32,15 @@ DbOpt = Annotated[
     ),
 ]
 
+PreemptibleQosOpt = Annotated[
+    str,
+    typer.Option(
+        "--preemptible-qos",
+        help="QOS names (comma-separated) whose running jobs a higher class may preempt: what the ranking "
+        "reads as preemptable (Slurm's own PreemptType=preempt/qos stops them; docs/slurm.md). '' for none.",
+    ),
+]
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 MIN_INTERVAL_S = 1.0  # each pass asks slurmctld (squeue, sinfo, sprio) and slurmdbd (sacct)
 MAX_INTERVAL_S = 86400.0  # a day: beyond it the history and the queue are too old to rank with
@@ -174,6 +183,7 @@ def sync(
     ] = "30d",
     source: Annotated[str, typer.Option(help="Source name of this cluster's jobs in the store.")] = "sacct",
     policy: Annotated[str, typer.Option(help="Ranking policy of the scheduling core.")] = "impact",
+    preemptible_qos: PreemptibleQosOpt = "low",
     max_passes: Annotated[
         int | None, typer.Option(help="Stop after this many passes (for scripts).", hidden=True)
     ] = None,
@@ -188,7 +198,7 @@ def sync(
     from headway.policy import live_policy_error
     from headway.slurm.runner import Runner, SlurmDenied, SlurmError, SlurmMissing
     from headway.slurm.sitefactor import FactorRange
-    from headway.slurm.sync import SlurmSync, SyncOptions, run_loop
+    from headway.slurm.sync import SlurmSync, SyncOptions, parse_qos_list, run_loop
 
     try:
         rng = FactorRange.parse(factor_range)
@@ -206,7 +216,15 @@ def sync(
             soft_wrap=True,
         )
     _check_store_path(db, write=apply)
-    opts = SyncOptions(rng=rng, apply=apply, db=db, source=source, since=since, policy=policy)
+    opts = SyncOptions(
+        rng=rng,
+        apply=apply,
+        db=db,
+        source=source,
+        since=since,
+        policy=policy,
+        preemptible_qos=parse_qos_list(preemptible_qos),
+    )
     runner = Runner()
     try:
         for cmd in ("squeue", "sacct", "sprio", "sinfo", *(("scontrol",) if apply else ())):
@@ -272,6 +290,7 @@ def why(
     ] = "30d",
     source: Annotated[str, typer.Option(help="Source name of this cluster's jobs in the store.")] = "sacct",
     policy: Annotated[str, typer.Option(help="Ranking policy of the scheduling core.")] = "impact",
+    preemptible_qos: PreemptibleQosOpt = "low",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
 ) -> None:
     """Headway's factors for one pending job next to Slurm's own `sprio -l` line for it (writes nothing)."""
@@ -283,7 +302,7 @@ def why(
     from headway.slurm.queue import ParseError, parse_sprio_long
     from headway.slurm.runner import Runner, SlurmError
     from headway.slurm.sitefactor import FactorRange
-    from headway.slurm.sync import SlurmSync, SyncOptions
+    from headway.slurm.sync import SlurmSync, SyncOptions, parse_qos_list
 
     try:
         rng = FactorRange.parse(factor_range)
@@ -294,9 +313,16 @@ def why(
     _check_since(since)
     runner = Runner()
     try:
-        syncer = SlurmSync(
-            runner, SyncOptions(rng=rng, apply=False, db=db, source=source, since=since, policy=policy)
+        opts = SyncOptions(
+            rng=rng,
+            apply=False,
+            db=db,
+            source=source,
+            since=since,
+            policy=policy,
+            preemptible_qos=parse_qos_list(preemptible_qos),
         )
+        syncer = SlurmSync(runner, opts)
         plan = syncer.plan()
     except SlurmError as e:
         fail(str(e))

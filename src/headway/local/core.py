@@ -9,6 +9,7 @@ frozen view of the queue and returns which jobs start on which GPUs.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -72,6 +73,23 @@ class LocalJob:
     pred_runtime: float | None = None
     pred_runtime_p90: float | None = None
     pred_ttf: float | None = None
+    # Preemption (docs/local-queue.md, "Preemption"): whether its user let a higher class stop it (it is
+    # requeued under the same id), how often it saves its progress (seconds; None: the default), how
+    # many times it was stopped and when last, the GPU-seconds its earlier runs served, the seconds of
+    # run time its checkpoints kept, whether a stop is under way, and the probe length of this run.
+    preemptible: bool = False
+    checkpoint_every: float | None = None
+    preemptions: int = 0
+    last_preempted: float | None = None
+    attained: float = 0.0
+    progress: float = 0.0
+    preempt_requested: bool = False
+    probe_s: float = 0.0  # > 0: this run is a fail-fast probe, stopped (and requeued) after probe_s seconds
+
+    @property
+    def stopping(self) -> bool:
+        """Told to stop (cancel or preemption) and not yet gone: its GPUs are still held."""
+        return self.cancel_requested or self.preempt_requested
 
     def copy(self) -> LocalJob:
         return dataclasses.replace(self)
@@ -99,6 +117,18 @@ class Finished:
     job_id: int
     attempt: int
     state: JobState
+    exit_code: int | None
+    start_time: float | None
+    end_time: float
+
+
+@dataclass(frozen=True, slots=True)
+class Preempted:
+    """The supervisor stopped this attempt because the daemon preempted it (SIGTERM, grace, SIGKILL); the
+    job's processes are gone, so its GPUs are free."""
+
+    job_id: int
+    attempt: int
     exit_code: int | None
     start_time: float | None
     end_time: float
@@ -143,7 +173,7 @@ class Tick:
     now: float
 
 
-Event = Submitted | Claimed | Finished | Abandoned | Lost | CancelRequested | Predicted | Tick
+Event = Submitted | Claimed | Finished | Preempted | Abandoned | Lost | CancelRequested | Predicted | Tick
 
 # ---- instructions (imperative: what the I/O layer must do) ----
 
@@ -162,6 +192,26 @@ class Terminate:
 
 
 @dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop the attempt to requeue it: its supervisor sends SIGTERM, waits the preemption grace, then
+    SIGKILL, and reports `Preempted`."""
+
+    job_id: int
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    """A preempted run is over (the job is pending again): charge its GPU time to its user's fair share
+    (never to a failure streak) and drop the attempt's run directory."""
+
+    job: LocalJob
+    attempt: int
+    start_time: float | None
+    end_time: float
+
+
+@dataclass(frozen=True, slots=True)
 class Record:
     """A job ended: write it to the job store and teach the predictor."""
 
@@ -174,7 +224,7 @@ class LogDecision:
     now: float
 
 
-Instruction = Launch | Terminate | Record | LogDecision
+Instruction = Launch | Terminate | Preempt | Requeued | Record | LogDecision
 
 # ---- the planner's contract ----
 
@@ -208,6 +258,11 @@ class Plan:
     estimated_start: Mapping[int, float] = field(default_factory=dict)
     wake_at: float | None = None  # the policy wants another pass then (e.g. a job about to starve)
     decision: str = ""  # the policy core's Decision id
+    # Running jobs to preempt, and for each pending job that waits for some of them, which: it starts in
+    # a later pass, once their processes are gone and their GPUs free (never on GPUs still held).
+    preempt: tuple[int, ...] = ()
+    waits_for_preempted: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    probes: Mapping[int, float] = field(default_factory=dict)  # job id -> probe length (s) of a start
 
 
 Planner = Callable[[QueueView], Plan]
@@ -331,13 +386,30 @@ class QueueCore:
                 job.state = JobState.PENDING
                 job.gpu_ids = ()
                 job.attempt += 1
+                job.preempt_requested = False
+                job.probe_s = 0.0
                 job.reason = "requeued: its launch was interrupted"
                 step.changed.add(jid)
                 step.log.append((jid, "requeued", f"attempt {att} never started"))
             case Lost(job_id=jid, attempt=att, time=t):
                 job = self._attempt(jid, att)
-                if job is not None and job.state is not JobState.PENDING:
+                if job is None or job.state is JobState.PENDING:
+                    return
+                if job.preempt_requested and not job.cancel_requested:
+                    # It was being stopped to be requeued anyway (the daemon killed what was left of it).
+                    why = "its supervisor vanished while stopping"
+                    self._requeue(job, None, job.start_time, t, step, why)
+                else:
                     self._end(job, JobState.FAILED, None, job.start_time, t, step, "its supervisor vanished")
+            case Preempted(job_id=jid, attempt=att, exit_code=code, start_time=start, end_time=end):
+                job = self._attempt(jid, att)
+                if job is None or job.state is JobState.PENDING:
+                    return
+                start = start if start is not None else job.start_time
+                if job.cancel_requested:  # cancelled while it was being stopped: it ends, as cancelled
+                    self._end(job, JobState.CANCELLED, code, start, end, step, "cancelled")
+                else:
+                    self._requeue(job, code, start, end, step, "preempted")
             case CancelRequested(job_id=jid, time=t):
                 job = self.jobs.get(jid)
                 if job is None:
@@ -400,6 +472,87 @@ class QueueCore:
         step.log.append((job.id, "ended", state.value + (f" ({reason})" if reason else "")))
         self._recent[job.id] = job
 
+    def _requeue(
+        self, job: LocalJob, exit_code: int | None, start: float | None, end: float, step: Step, why: str
+    ) -> None:
+        """A preempted run is over: the job is pending again under the same id and its next attempt. Not
+        an end: nothing goes to the job store or the failure streaks, and the exit code of the SIGTERM is
+        not kept. Its run counts as service (`attained`) and, up to its last checkpoint, as progress."""
+        ran = max(0.0, end - start) if start is not None else 0.0
+        job.progress += kept_progress(ran, job.checkpoint_every)
+        job.attained += job.gpus * ran
+        job.preemptions += 1
+        job.last_preempted = end
+        old_attempt, old_start = job.attempt, start
+        job.state = JobState.PENDING
+        job.gpu_ids = ()
+        job.attempt += 1
+        job.start_time = None
+        job.end_time = None
+        job.exit_code = None
+        job.preempt_requested = False
+        if job.probe_s > 0:  # a probe that ran its length: what runs next is an ordinary, stoppable run
+            job.preemptible = True
+        job.probe_s = 0.0
+        job.reason = f"requeued: {why}"
+        step.changed.add(job.id)
+        step.instructions.append(Requeued(job.copy(), old_attempt, old_start, end))
+        detail = f"attempt {old_attempt} stopped after {ran:.0f}s (exit {exit_code}); next {job.attempt}"
+        step.log.append((job.id, "requeued", detail))
+
+    def _preempt(self, job: LocalJob, step: Step, why: str) -> None:
+        job.preempt_requested = True
+        step.changed.add(job.id)
+        step.instructions.append(Preempt(job.id, job.attempt))
+        step.log.append((job.id, "preempt", why))
+
+    def preempting(self) -> bool:
+        """Whether a preemption is under way (a job told to stop for one has not yet gone)."""
+        return any(j.preempt_requested for j in self.jobs.values())
+
+    def next_probe_end(self) -> float | None:
+        """When the earliest running probe is due to be stopped (the daemon passes then)."""
+        ends = [
+            j.start_time + j.probe_s
+            for j in self.jobs.values()
+            if j.state is JobState.RUNNING and j.probe_s > 0 and j.start_time is not None and not j.stopping
+        ]
+        return min(ends) if ends else None
+
+    def _stop_probes(self, now: float, step: Step) -> None:
+        """A probe run stops at its length unless it ended first; it is requeued as preemptible."""
+        for job in self.jobs.values():
+            if job.state is not JobState.RUNNING or job.probe_s <= 0 or job.start_time is None:
+                continue
+            if job.stopping or now < job.start_time + job.probe_s:
+                continue
+            self._preempt(job, step, f"its {job.probe_s:.0f}s probe is over")
+
+    def _apply_preemptions(self, plan: Plan, step: Step) -> None:
+        """Tell the plan's victims to stop. Only a RUNNING job whose user made it preemptible is ever
+        stopped, whatever the policy asked; and one preemption at a time: while a stopped job's processes
+        are still going (up to the grace), no other job is preempted for the GPUs it is about to free."""
+        if not plan.preempt or self.preempting():
+            return
+
+        def stoppable(vid: int) -> LocalJob | None:
+            job = self.jobs.get(vid)
+            if job is None or job.state is not JobState.RUNNING or not job.preemptible or job.stopping:
+                return None
+            return job
+
+        # A start's victims go all together or not at all: stopping some of them frees too little.
+        for who, victims in plan.waits_for_preempted.items():
+            jobs = [stoppable(v) for v in victims]
+            if all(j is not None for j in jobs):
+                for j in jobs:
+                    if j is not None and not j.stopping:
+                        self._preempt(j, step, f"for job {who}")
+        named = {v for vs in plan.waits_for_preempted.values() for v in vs}
+        for vid in plan.preempt:
+            if vid not in named and (job := stoppable(vid)) is not None:
+                self._preempt(job, step, "by the policy")
+
     def take_ended(self) -> dict[int, LocalJob]:
         """Jobs that ended since the last call; the daemon persists them, then forgets them."""
         out, self._recent = self._recent, {}
@@ -418,6 +571,7 @@ class QueueCore:
         return c
 
     def _schedule(self, now: float, step: Step) -> None:
+        self._stop_probes(now, step)
         eligible: list[LocalJob] = []
         for cand in sorted(self.jobs.values(), key=lambda j: j.id):
             if cand.state is not JobState.PENDING:
@@ -459,6 +613,7 @@ class QueueCore:
             free -= set(gids)
             job.state = JobState.LAUNCHING
             job.gpu_ids = tuple(gids)
+            job.probe_s = float(plan.probes.get(jid, 0.0))
             job.reason = ""
             step.changed.add(jid)
             step.instructions.append(Launch(jid, job.attempt, job.gpu_ids))
@@ -478,8 +633,21 @@ class QueueCore:
             if job.reason != reason:
                 job.reason = reason
                 step.changed.add(job.id)
+        self._apply_preemptions(plan, step)
         if plan.starts:
             step.instructions.append(LogDecision(plan, now))
+
+
+def kept_progress(ran: float, checkpoint_every: float | None) -> float:
+    """Seconds of a stopped run that its checkpoints kept: all but what it did since the last one (every
+    `checkpoint_every` seconds; None: the policies' DEFAULT_CHECKPOINT_S, policy/preempt.py)."""
+    import numpy as np
+
+    from headway.policy.preempt import progress_lost
+
+    every = math.nan if checkpoint_every is None else float(checkpoint_every)
+    lost = float(progress_lost(np.array([ran]), np.array([every]))[0])
+    return max(0.0, ran - lost)
 
 
 def _ids(ids: tuple[int, ...]) -> str:

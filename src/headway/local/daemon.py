@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -43,8 +44,11 @@ from headway.local.core import (
     LogDecision,
     Lost,
     Planner,
+    Preempt,
+    Preempted,
     QueueCore,
     Record,
+    Requeued,
     Step,
     Terminate,
     Tick,
@@ -99,6 +103,7 @@ UNSAFE_RULE = (
     "chown root and chmod go-w it"
 )
 
+PREEMPTED = "PREEMPTED"  # a supervisor's status for a run it stopped because the daemon preempted it
 REPLY_TIMEOUT_S = 10.0  # a client that does not read its reply (at most a page) is cut off after this
 # Connections the kernel holds before the daemon accepts them: they cost the daemon nothing, and a full
 # queue makes other users' clients wait (client.py), so as many as the kernel allows (net.core.somaxconn).
@@ -127,6 +132,7 @@ class DaemonConfig:
     policy: str = "impact"
     store_path: Path | None = None  # DuckDB job store; default <state dir>/jobs.duckdb
     grace: float = 10.0  # seconds between SIGTERM and SIGKILL at a time limit or cancellation
+    preempt_grace: float = 30.0  # the same when a job is preempted: its time to write a checkpoint
     poll: float = 0.05  # seconds between looks at running jobs' run directories
     min_pass: float = 0.2  # seconds between scheduling passes while things keep changing
     gpu_note: str = ""
@@ -154,7 +160,7 @@ class Daemon:
         self.predictors = PredictorHost(predictor, predictor_factory, cfg.state_dir / MODEL_FILE, time.time())
         self.db: StateDB | None = None
         self.views: JobViews | None = None
-        self.launcher = Launcher(cfg.state_dir, cfg.grace)  # the jobs' supervisors (launch.py)
+        self.launcher = Launcher(cfg.state_dir, cfg.grace, cfg.preempt_grace)  # jobs' supervisors (launch.py)
         self.store_flush = StoreFlush(cfg.store, self._db)  # ended jobs into the store (store_flush.py)
         self.wake = asyncio.Event()
         self.dirty = True
@@ -316,7 +322,7 @@ class Daemon:
                 g,
             )
         events: list[Event] = []
-        resend: list[Terminate] = []
+        resend: list[Terminate | Preempt] = []
         n_gpus = len(self.cfg.gpu_ids)
         for job in active:
             if job.state is JobState.PENDING:
@@ -340,11 +346,16 @@ class Daemon:
             events.extend(self._events_for(job, view))
             if view.kind == "running" and job.cancel_requested:
                 resend.append(Terminate(job.id, job.attempt))
+            elif view.kind == "running" and job.preempt_requested:  # asked before a crash: ask again
+                resend.append(Preempt(job.id, job.attempt))
         n_adopted = sum(1 for j in active if j.state is not JobState.PENDING)
         if events:
             self._apply(self.core.handle(*events))
         for t in resend:
-            self._terminate(t)
+            if isinstance(t, Preempt):
+                self._preempt(t)
+            else:
+                self._terminate(t)
         log.info(
             "recovered: %d pending, %d launched before the restart, %d events collected",
             sum(1 for j in active if j.state is JobState.PENDING),
@@ -359,7 +370,11 @@ class Daemon:
             out.append(Abandoned(job.id, job.attempt))
         elif view.kind in ("running", "ended") and job.state is JobState.LAUNCHING and view.claim:
             out.append(Claimed(job.id, job.attempt, float(view.claim.get("start_time") or time.time())))
-        if view.kind == "ended" and view.status is not None:
+        if view.kind == "ended" and view.status is not None and view.status.get("state") == PREEMPTED:
+            st = view.status
+            end = float(st.get("end_time") or time.time())
+            out.append(Preempted(job.id, job.attempt, st.get("exit_code"), st.get("start_time"), end))
+        elif view.kind == "ended" and view.status is not None:
             st = view.status
             out.append(
                 Finished(
@@ -415,6 +430,10 @@ class Daemon:
                     log.error("job %d: cannot prepare its launch: %s", ins.job_id, e)
             elif isinstance(ins, Terminate):
                 self._terminate(ins)
+            elif isinstance(ins, Preempt):
+                self._preempt(ins)
+            elif isinstance(ins, Requeued):
+                self._requeued(ins)
             elif isinstance(ins, Record):
                 self._observe(ins.job)
                 self.launcher.forget_runs(ins.job.id)
@@ -442,6 +461,22 @@ class Daemon:
     def _terminate(self, ins: Terminate) -> None:
         if self.launcher.terminate(ins):  # claimed before its supervisor did: it never started
             self._apply(self.core.handle(Abandoned(ins.job_id, ins.attempt)))
+
+    def _preempt(self, ins: Preempt) -> None:
+        if self.launcher.preempt(ins):  # claimed before its supervisor did: it never started
+            self._apply(self.core.handle(Abandoned(ins.job_id, ins.attempt)))
+
+    def _requeued(self, ins: Requeued) -> None:
+        """A preempted run is over: its GPU time counts for its user's fair share (as a preemption, which
+        no failure streak counts), and its run directory goes (the end is committed)."""
+        job = ins.job
+        log.info("job %d preempted (attempt %d); requeued as attempt %d", job.id, ins.attempt, job.attempt)
+        book = getattr(self.core.planner, "book", None)
+        if book is not None and ins.start_time is not None:
+            from headway.local.ordering import add_end
+
+            add_end(book, job.user, job.name, PREEMPTED, float(job.gpus), ins.start_time, ins.end_time)
+        shutil.rmtree(runs.run_dir(self.state_dir, job.id, ins.attempt), ignore_errors=True)
 
     def _observe(self, job: LocalJob) -> None:
         log.info("job %d ended %s (exit %s)", job.id, job.state, job.exit_code)
@@ -524,6 +559,8 @@ class Daemon:
                     continue
                 plan = self.core.last_plan
                 wake = plan is not None and plan.wake_at is not None and now >= plan.wake_at
+                probe_end = self.core.next_probe_end()  # a fail-fast probe is stopped on time
+                wake = wake or (probe_end is not None and now >= probe_end)
                 # A pass ranks the whole queue: at most one per `min_pass` seconds, so a burst of
                 # submissions is ranked once, not once per job.
                 due = now - self.last_tick >= self.cfg.min_pass

@@ -81,6 +81,19 @@ _DECISION_COLUMNS = {
     "stored": "INTEGER NOT NULL DEFAULT 0",
 }
 
+# Columns of `jobs` added after its first release (preemption, docs/local-queue.md): added to an older
+# database when it is opened, with defaults that mean what its jobs were (not preemptible, never stopped).
+_JOB_COLUMNS = {
+    "preemptible": "INTEGER NOT NULL DEFAULT 0",
+    "checkpoint_every": "REAL",  # seconds; NULL: the documented default
+    "preemptions": "INTEGER NOT NULL DEFAULT 0",  # times it was stopped and requeued
+    "last_preempted": "REAL",
+    "attained": "REAL NOT NULL DEFAULT 0",  # GPU-seconds its earlier runs served
+    "progress": "REAL NOT NULL DEFAULT 0",  # seconds of earlier runs its checkpoints kept
+    "preempt_requested": "INTEGER NOT NULL DEFAULT 0",
+    "probe_s": "REAL NOT NULL DEFAULT 0",
+}
+
 ACTIVE = tuple(s.value for s in JobState if s.active)
 
 # Columns the core may change; written back after every step.
@@ -97,6 +110,13 @@ _MUTABLE = (
     "pred_runtime",
     "pred_runtime_p90",
     "pred_ttf",
+    "preemptible",
+    "preemptions",
+    "last_preempted",
+    "attained",
+    "progress",
+    "preempt_requested",
+    "probe_s",
 )
 
 
@@ -172,10 +192,11 @@ class StateDB:
         self.con.execute("PRAGMA synchronous=NORMAL")
         self.con.execute("PRAGMA foreign_keys=ON")
         self.con.executescript(_SCHEMA)
-        have = {str(r[1]) for r in self.con.execute("PRAGMA table_info(decisions)")}
-        for col, decl in _DECISION_COLUMNS.items():
-            if col not in have:
-                self.con.execute(f"ALTER TABLE decisions ADD COLUMN {col} {decl}")
+        for table, columns in (("decisions", _DECISION_COLUMNS), ("jobs", _JOB_COLUMNS)):
+            have = {str(r[1]) for r in self.con.execute(f"PRAGMA table_info({table})")}
+            for col, decl in columns.items():
+                if col not in have:
+                    self.con.execute(f"ALTER TABLE {table} ADD COLUMN {col} {decl}")
         self.con.execute(
             "CREATE INDEX IF NOT EXISTS decisions_unstored ON decisions (stored) WHERE stored = 0"
         )
@@ -349,6 +370,13 @@ def _mutable_row(j: LocalJob) -> tuple[Any, ...]:
         j.pred_runtime,
         j.pred_runtime_p90,
         j.pred_ttf,
+        int(j.preemptible),
+        j.preemptions,
+        j.last_preempted,
+        j.attained,
+        j.progress,
+        int(j.preempt_requested),
+        j.probe_s,
         j.id,
     )
 
@@ -395,4 +423,12 @@ def job_from_row(r: sqlite3.Row) -> LocalJob:
         pred_runtime=r["pred_runtime"],
         pred_runtime_p90=r["pred_runtime_p90"],
         pred_ttf=r["pred_ttf"],
+        preemptible=bool(r["preemptible"]),
+        checkpoint_every=r["checkpoint_every"],
+        preemptions=int(r["preemptions"]),
+        last_preempted=r["last_preempted"],
+        attained=float(r["attained"]),
+        progress=float(r["progress"]),
+        preempt_requested=bool(r["preempt_requested"]),
+        probe_s=float(r["probe_s"]),
     )

@@ -1,8 +1,9 @@
 """Starting, signalling and cleaning up after jobs' supervisors (supervisor.py), for the daemon.
 
 The daemon commits a step first and then calls these (daemon.py): a `Launch` becomes a spec.json in the
-job's run directory and a detached supervisor process, a `Terminate` a claim or a SIGTERM. Nothing here
-changes the queue's state; what happened is read back from the run directories (runs.py).
+job's run directory and a detached supervisor process, a `Terminate` a claim or a SIGTERM, a `Preempt` a
+claim or a SIGUSR1. Nothing here changes the queue's state; what happened is read back from the run
+directories (runs.py).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import uuid
 from pathlib import Path
 
 from headway.local import runs
-from headway.local.core import Launch, LocalJob, Terminate
+from headway.local.core import Launch, LocalJob, Preempt, Terminate
 from headway.local.db import path_of
 from headway.local.paths import log_paths
+from headway.local.supervisor import PREEMPT_SIGNAL
 
 log = logging.getLogger("headway.daemon")
 
@@ -39,9 +41,10 @@ class Launcher:
     """The supervisors this daemon started, and how it starts and stops them. Holding the `Popen` of each
     lets the watcher tell a supervisor that is still coming up from one that died before claiming."""
 
-    def __init__(self, state_dir: Path, grace: float) -> None:
+    def __init__(self, state_dir: Path, grace: float, preempt_grace: float = 30.0) -> None:
         self.state_dir = state_dir
         self.grace = grace  # seconds between SIGTERM and SIGKILL, handed to each supervisor
+        self.preempt_grace = preempt_grace  # the same when the job is preempted (time to checkpoint)
         self.children: dict[tuple[int, int], subprocess.Popen[bytes]] = {}
 
     def launch(self, ins: Launch, row: sqlite3.Row, umask: int) -> None:
@@ -70,6 +73,7 @@ class Launcher:
             "groups": json.loads(row["groups"]),
             "time_limit": row["time_limit"],
             "grace": self.grace,
+            "preempt_grace": self.preempt_grace,  # also tells the daemon this supervisor takes SIGUSR1
             "umask": umask,
             "stdout": str(out),
             "stderr": str(err),
@@ -114,6 +118,26 @@ class Launcher:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(int(view.claim["pid"]), signal.SIGTERM)
                 log.info("job %d: asked its supervisor to cancel it", ins.job_id)
+        return False
+
+    def preempt(self, ins: Preempt) -> bool:
+        """Ask the attempt's supervisor to preempt the job (SIGUSR1: SIGTERM to the job, the preemption
+        grace, SIGKILL, then status PREEMPTED). True when the attempt was claimed here before its
+        supervisor did: it never started, and the caller records it abandoned (requeued)."""
+        rdir = runs.run_dir(self.state_dir, ins.job_id, ins.attempt)
+        rdir.mkdir(parents=True, exist_ok=True)
+        if runs.try_claim(rdir, {"by": "daemon", "time": time.time(), "why": "preempted"}):
+            return True
+        view = runs.inspect(rdir)
+        if view.kind != "running" or not view.claim:
+            return False  # it ended meanwhile: the watcher reads its status
+        if "preempt_grace" not in (runs.read_json(rdir / runs.SPEC) or {}):
+            # launched by a headway without preemption: SIGUSR1 would kill its supervisor, not the job
+            log.warning("job %d: its supervisor predates preemption; it runs to its end", ins.job_id)
+            return False
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(int(view.claim["pid"]), PREEMPT_SIGNAL)
+            log.info("job %d: asked its supervisor to preempt it", ins.job_id)
         return False
 
     def kill_orphans(self, job: LocalJob) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from headway.local.core import PRIORITIES, LocalJob, Plan, Predicted, QueueView, RankEntry
+from headway.local.core import PRIORITIES, JobState, LocalJob, Plan, Predicted, QueueView, RankEntry
 from headway.policy import get_policy
 from headway.policy.inputs import (
     EndedRow,
@@ -72,6 +72,19 @@ def job_runtime_guess(job: LocalJob) -> float:
     return float(job.time_limit) if job.time_limit else DEFAULT_RUNTIME_S
 
 
+def _left(job: LocalJob, runtime: float) -> float:
+    """What is left of a runtime once the job's checkpoints kept `progress` seconds of earlier runs (a
+    preempted job resumes there); never under a tenth of it (the prediction may have been short)."""
+    return max(runtime - job.progress, 0.1 * runtime) if job.progress > 0 else runtime
+
+
+def _may_stop(job: LocalJob, preempting: bool) -> bool:
+    """Whether the policy may choose this running job as a victim: its user made it preemptible, it has
+    started, nothing is stopping it already, and no other preemption is under way (the GPUs about to be
+    freed are the ones the waiting job gets). The core holds to the same, whatever a policy asks."""
+    return job.preemptible and job.state is JobState.RUNNING and not job.stopping and not preempting
+
+
 class LocalPlanner:
     """A Planner (see core.py) backed by the shared policy core."""
 
@@ -85,6 +98,7 @@ class LocalPlanner:
         """The policy's Snapshot through the shared `PolicyBook`: ended runs are in the book, running
         jobs' usage so far is added for this snapshot alone (`running_in_ledger=False`)."""
         now, book = view.now, self.book
+        preempting = any(j.preempt_requested for j in view.running)
         pending = pending_columns(
             book,
             [
@@ -100,9 +114,11 @@ class LocalPlanner:
                     max_nodes=1,
                     time_limit=_f(j.time_limit),
                     p_success=_f(j.p_success, 1.0),
-                    runtime=job_runtime_guess(j),
-                    runtime_p90=_f(j.pred_runtime_p90, job_runtime_guess(j)),
+                    runtime=_left(j, job_runtime_guess(j)),
+                    runtime_p90=_left(j, _f(j.pred_runtime_p90, job_runtime_guess(j))),
                     time_to_failure=_f(j.pred_ttf, job_runtime_guess(j)),
+                    attained=j.attained,
+                    last_stop=j.last_preempted,
                 )
                 for j in view.pending
             ],
@@ -119,8 +135,15 @@ class LocalPlanner:
                     gpus=float(j.gpus),
                     start=_f(j.start_time, now),
                     time_limit=_f(j.time_limit, math.inf),
-                    runtime=job_runtime_guess(j),
-                    runtime_p90=_f(j.pred_runtime_p90, job_runtime_guess(j)),
+                    runtime=_left(j, job_runtime_guess(j)),
+                    runtime_p90=_left(j, _f(j.pred_runtime_p90, job_runtime_guess(j))),
+                    attained=j.attained,
+                    preemptible=_may_stop(j, preempting),
+                    p_success=_f(j.p_success),
+                    time_to_failure=_f(j.pred_ttf),
+                    last_preempted=_f(j.last_preempted),
+                    checkpoint_every=_f(j.checkpoint_every),
+                    probe=j.probe_s > 0,
                 )
                 for j in view.running
             ],
@@ -133,9 +156,25 @@ class LocalPlanner:
         decision = self.policy.decide(snap)
         share, free = snap.cluster.share.copy(), snap.cluster.free.copy()
         starts: list[tuple[int, tuple[int, ...]]] = []
+        waits: dict[int, tuple[int, ...]] = {}
+        probes: dict[int, float] = {}
+        pos_of = {int(k): i for i, k in enumerate(snap.running.key.tolist())}
         for s in decision.start:
+            if s.preempts:
+                # Planned on GPUs its victims hold: it starts in a later pass, once they are gone (their
+                # GPUs, freed here on the scratch copy, are the ones this plan counts on for it).
+                for v in s.preempts:
+                    if v in pos_of:
+                        mask = snap.cluster.owner == pos_of[v]
+                        share[mask] = FULL_SHARE
+                        free += mask.sum(axis=1)
+                take(free, share, s.alloc)
+                waits[s.key] = tuple(s.preempts)
+                continue
             used = take(free, share, s.alloc)
             starts.append((s.key, tuple(view.gpu_ids[gi] for _, gi in used)))
+            if s.probe_s > 0:
+                probes[s.key] = float(s.probe_s)
         ranking: list[RankEntry] = []
         r = decision.ranking
         if r is not None:
@@ -154,6 +193,9 @@ class LocalPlanner:
             estimated_start=estimate_starts(view, [e.job_id for e in ranking], {k for k, _ in starts}),
             wake_at=decision.wake_at,
             decision=decision.id,
+            preempt=tuple(int(k) for k in decision.preempt),
+            waits_for_preempted=waits,
+            probes=probes,
         )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any, ClassVar
 
 PRIORITIES = ("low", "normal", "high", "urgent")  # priority classes, lowest first (core.py uses these)
@@ -173,11 +173,14 @@ class Submit(_Request):
     name: str | None = None
     priority: str = "normal"
     after: int | None = None
+    preemptible: bool = False  # a higher class may stop it; it is requeued under the same id
+    checkpoint_every: float | None = None  # seconds between its checkpoints (a hint; None: the default)
 
     @classmethod
     def from_wire(cls, msg: Mapping[str, Any]) -> Submit:
         op = cls.op
-        _fields(op, msg, ("argv", "cwd", "env", "gpus", "time_limit", "name", "priority", "after"))
+        known = ("argv", "cwd", "env", "gpus", "time_limit", "name", "priority", "after", "preemptible")
+        _fields(op, msg, (*known, "checkpoint_every"))
         argv = msg.get("argv")
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
             raise BadRequest(f"{op}: field 'argv' must be a list of strings, got {_show(argv)}")
@@ -227,7 +230,11 @@ class Submit(_Request):
         after = msg.get("after")
         if after is not None:
             after = _job_id(op, "after", after)
-        return cls(tuple(argv), cwd, dict(env), gpus, limit, name, str(prio), after)
+        preemptible = _boolean(op, "preemptible", msg.get("preemptible", False))
+        every = msg.get("checkpoint_every")
+        if every is not None:
+            every = _positive_seconds(op, "checkpoint_every", every, MAX_TIME_LIMIT_S)
+        return cls(tuple(argv), cwd, dict(env), gpus, limit, name, str(prio), after, preemptible, every)
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,6 +452,13 @@ class JobRow:
     start_ts: float | None
     end_ts: float | None
     rank: int | None = None  # a pending job's place in the queue (1 starts next)
+    # Preemption: whether a higher class may stop it, its checkpoint hint (seconds; None: the default),
+    # its run number (1 + the times it was preempted and requeued) and when it was last preempted.
+    preemptible: bool = False
+    checkpoint_every: float | None = None
+    attempt: int = 1
+    preemptions: int = 0
+    last_preempted: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = wire(self)
@@ -452,7 +466,8 @@ class JobRow:
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> JobRow:
-        kw: dict[str, Any] = {f.name: d.get(f.name) for f in fields(cls)}
+        kw: dict[str, Any] = {f.name: d[f.name] for f in fields(cls) if f.name in d}
+        kw.update({f.name: None for f in fields(cls) if f.name not in d and f.default is MISSING})
         kw["gpu_ids"] = tuple(kw["gpu_ids"] or ())
         kw["command"] = None if kw["command"] is None else tuple(kw["command"])
         return cls(**kw)

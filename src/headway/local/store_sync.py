@@ -62,6 +62,11 @@ def to_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
         cols["state"].append(r["state"])
         cols["exit_code"].append(r["exit_code"])
         cols["source"].append(SOURCE)
+        if "preemptible" in cols:  # what `headway submit --preemptible` said (the job store's columns)
+            have = r.keys()  # a row of an older queue database has neither
+            every = r["checkpoint_every"] if "checkpoint_every" in have else None
+            cols["preemptible"].append(bool(r["preemptible"]) if "preemptible" in have else False)
+            cols["checkpoint_every"].append(None if every is None else max(1, round(float(every))))
     return pa.Table.from_pydict(cols, schema=JOB_SCHEMA)
 
 

@@ -2,8 +2,9 @@
 
 The daemon starts one supervisor per job in a new session, so it outlives a daemon crash. The supervisor
 claims the attempt (see runs.py), runs the job's argv in its own process group as the submitting user,
-enforces the time limit (SIGTERM, grace, SIGKILL), turns SIGTERM sent to itself into a cancellation, and
-records the end in `status.json` before it exits. Standard library only, so it starts fast.
+enforces the time limit (SIGTERM, grace, SIGKILL), turns SIGTERM sent to itself into a cancellation and
+SIGUSR1 into a preemption (SIGTERM to the job, the preemption grace, SIGKILL; state PREEMPTED), and records
+the end in `status.json` before it exits. Standard library only, so it starts fast.
 
 It is the job's child subreaper (Linux): a process that leaves the job's group with setsid() and is
 orphaned (a daemonised data loader, `nohup ... &` under setsid) is re-parented to the supervisor, not to
@@ -30,11 +31,21 @@ from typing import Any
 from headway.local import runs
 
 _cancel = False
+_preempt = False
+# The daemon's request to preempt the job (stop it, to be requeued): a signal of its own, so that a
+# SIGTERM still means cancel. Sent only once the supervisor has claimed its attempt, after this handler
+# is in place (its default action would kill the supervisor).
+PREEMPT_SIGNAL = signal.SIGUSR1
 
 
 def _on_term(signum: int, frame: FrameType | None) -> None:
     global _cancel
     _cancel = True
+
+
+def _on_preempt(signum: int, frame: FrameType | None) -> None:
+    global _preempt
+    _preempt = True
 
 
 def _ignored(signum: int, frame: FrameType | None) -> None:
@@ -172,7 +183,7 @@ def _wait_until(pid: int, deadline: float | None, stop_on_cancel: bool) -> bool:
         _reap_others_while_running(pid)
         if _exited(pid):
             return True
-        if stop_on_cancel and _cancel:
+        if stop_on_cancel and (_cancel or _preempt):
             return False
         if deadline is not None and time.time() >= deadline:
             return False
@@ -201,6 +212,11 @@ def _run(spec: dict[str, Any]) -> dict[str, Any]:
         kw.update(cwd=None, preexec_fn=functools.partial(_enter, spec["cwd"]))
     os.umask(int(spec.get("umask", 0o022)))  # the daemon keeps its own files private with 077; not the job's
     start = time.time()
+    if _preempt or _cancel:  # told to stop before the job started: it never runs
+        os.close(out)
+        os.close(err)
+        told = "CANCELLED" if _cancel else "PREEMPTED"
+        return {"state": told, "exit_code": None, "start_time": None, "end_time": time.time()}
     try:
         proc = subprocess.Popen(
             list(spec["argv"]),
@@ -235,9 +251,11 @@ def _run(spec: dict[str, Any]) -> dict[str, Any]:
     limit = spec.get("time_limit")
     deadline = start + float(limit) if limit else None
     grace = float(spec.get("grace", 10.0))
-    state = None
+    state: str | None = None
     if not _wait_until(pid, deadline, stop_on_cancel=True):
-        state = "CANCELLED" if _cancel else "TIMEOUT"
+        state = "CANCELLED" if _cancel else "PREEMPTED" if _preempt else "TIMEOUT"
+        if state == "PREEMPTED":  # its own grace: time to write a checkpoint
+            grace = float(spec.get("preempt_grace", grace))
         _killpg(pid, signal.SIGTERM)
         _signal_tree(signal.SIGTERM, skip=pid)
         if not _wait_until(pid, time.time() + grace, stop_on_cancel=False):
@@ -258,13 +276,15 @@ def _run(spec: dict[str, Any]) -> dict[str, Any]:
     rc = proc.returncode
     exit_code = rc if rc >= 0 else 128 - rc
     if state is None:
-        state = "COMPLETED" if rc == 0 else "FAILED"  # it ended on its own, even if a cancel came late
+        # it ended on its own, even if a cancel or a preemption came late
+        state = "COMPLETED" if rc == 0 else "FAILED"
     return {"state": state, "exit_code": exit_code, "start_time": start, "end_time": end}
 
 
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _on_term)
     _unignore_signals()  # not SIG_IGN: that would be inherited by the job
+    signal.signal(PREEMPT_SIGNAL, _on_preempt)  # a handler: reset to the default in the job
     rdir = Path(argv[1])
     spec = runs.read_json(rdir / runs.SPEC)
     if spec is None:

@@ -57,10 +57,16 @@ def job_row(
             p_success=job.p_success,
             pred_runtime=job.pred_runtime,
             cancel_requested=job.cancel_requested,
+            preemptible=job.preemptible,
+            preemptions=job.preemptions,
+            last_preempted=job.last_preempted,
+            preempt_requested=job.preempt_requested,
         )
     state = JobState(d["state"])
-    # A running job told to stop shows Slurm's CG (completing) through its grace period, not R.
-    stopping = state.active and state is not JobState.PENDING and bool(d.get("cancel_requested"))
+    # A running job told to stop (cancelled or preempted) shows Slurm's CG (completing) through its grace
+    # period, not R.
+    told = bool(d.get("cancel_requested")) or bool(d.get("preempt_requested"))
+    stopping = state.active and state is not JobState.PENDING and told
     mine = sees_all(viewer, int(d["uid"]))
     return JobRow(
         id=int(d["id"]),
@@ -86,6 +92,11 @@ def job_row(
         start_ts=d["start_time"],
         end_ts=d["end_time"],
         rank=rank if state is JobState.PENDING else None,
+        preemptible=bool(d.get("preemptible")),
+        checkpoint_every=d.get("checkpoint_every"),
+        attempt=int(d.get("preemptions") or 0) + 1,
+        preemptions=int(d.get("preemptions") or 0),
+        last_preempted=iso(d.get("last_preempted")),
     )
 
 
@@ -213,10 +224,13 @@ class JobViews:
         elif state in (JobState.LAUNCHING, JobState.RUNNING):
             gpus = f"GPUs {','.join(map(str, d.gpu_ids))}" if d.gpu_ids else "no GPU"
             lines.append(f"running since {d.start_time or 'just now'} on {gpus}")
+            if job is not None and job.start_time is not None:
+                lines.extend(survival_words(job, now))
             out.update(self._why_started(row, lines))
         else:
             lines.append(f"ended {state.value} at {d.end_time}" + (f": {d.reason}" if d.reason else ""))
             out.update(self._why_started(row, lines))
+        lines.extend(preemption_words(d, job, plan))
         if d.p_success is not None:
             lines.append(
                 f"predicted: {100 * d.p_success:.0f}% chance to complete, "
@@ -308,6 +322,51 @@ class JobViews:
             "score": me["score"],
             "factors": me["factors"],
         }
+
+
+def survival_words(job: LocalJob, now: float) -> list[str]:
+    """How long a running job has run, and what its predictions say given that it has (policy/survival.py):
+    its chance to complete now that it has run this long, and its expected remaining runtime."""
+    ran = max(0.0, now - float(job.start_time or now))
+    lines = [f"has run {_dur(ran)} (this run)"]
+    if job.p_success is None or job.pred_runtime is None:
+        return lines
+    import numpy as np
+
+    from headway.policy.survival import expected_remaining, p_complete_after
+
+    def col(x: float | None, default: float) -> np.ndarray[tuple[int], np.dtype[np.float64]]:
+        return np.array([default if x is None else float(x)], dtype=np.float64)
+
+    args = (
+        col(ran, 0.0),
+        col(job.p_success, np.nan),
+        col(job.pred_runtime, np.nan),
+        col(job.pred_runtime_p90, job.pred_runtime),
+        col(job.pred_ttf, job.pred_runtime),
+    )
+    pc = float(p_complete_after(*args)[0])
+    rem = float(expected_remaining(*args)[0])
+    if pc == pc and rem == rem:
+        lines.append(f"P(complete | ran {_dur(ran)}) = {pc:.2f}, expected remaining {_dur(rem)}")
+    return lines
+
+
+def preemption_words(d: JobRow, job: LocalJob | None, plan: Plan | None) -> list[str]:
+    """Whether the job may be preempted, its run number, and what a pending job's start waits for."""
+    lines = []
+    if d.preemptible:
+        every = d.checkpoint_every
+        hint = f"checkpoints every {_dur(every)}" if every else "checkpoint interval not given (default)"
+        lines.append(f"preemptible: a higher class may stop it and requeue it ({hint})")
+    if d.attempt > 1:
+        lines.append(f"run {d.attempt}: preempted {d.preemptions} time(s), last at {d.last_preempted}")
+    if job is not None and job.preempt_requested:
+        lines.append("being preempted: told to stop (SIGTERM, then SIGKILL after the grace); requeued then")
+    victims = plan.waits_for_preempted.get(d.id) if plan is not None else None
+    if victims and d.state == JobState.PENDING.value:
+        lines.append(f"starts once preempted job(s) {_list(list(victims))} have stopped")
+    return lines
 
 
 _WORDS: dict[str, tuple[str, Callable[[float], str]]] = {

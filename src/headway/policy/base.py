@@ -63,6 +63,9 @@ class Policy:
     placement: str = "first-fit"
     backfill_depth: int = 500  # jobs tested behind the reservation (Slurm's bf_max_job_test default)
     restart_penalty_s: float = 0.0  # added to a preempted job's remaining runtime at each restart
+    # How often a preempted job that gives no `checkpoint_every` saved its progress (a replay's
+    # assumption; 0: it checkpoints as it stops, losing nothing but the restart penalty).
+    checkpoint_default_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
@@ -96,6 +99,15 @@ class Policy:
     def wake_at(self, snap: Snapshot) -> float | None:
         """When to pass again even if nothing else happens (None: no need); only if `wakes`."""
         return None
+
+    def may_preempt(self, snap: Snapshot) -> bool:
+        """Whether a pass could preempt now (a preemptive policy; the simulator skips a pass that could
+        neither start nor stop anything)."""
+        return self.preemptive
+
+    def probe_seconds(self, ranking: Ranking) -> dict[int, float]:
+        """Pending positions to start as fail-fast probes, with their probe slot (seconds)."""
+        return {}
 
     def wake_after(self, snap: Snapshot, starts: Sequence[Start]) -> float | None:
         """A preemptive policy's next pass for what this pass started (not yet in `snap.running`)."""
@@ -178,6 +190,7 @@ class _Pass:
         "milli_l",
         "mn_l",
         "pol",
+        "probes",
         "ranking",
         "rest",
         "slack",
@@ -212,6 +225,7 @@ class _Pass:
         self.has_frac = any(self.milli_l)
         self.any_multi = max(self.mn_l) > 1
         self.starts: list[Start] = []
+        self.probes = pol.probe_seconds(ranking)
         self.taken: Taken = []  # (GPUs used, pending position) of each start taken from the scratch
         # The last start, not yet taken from the scratch GPUs: only a later placement, the reservation
         # or the preemptions read them, and a pass that ends without (most do) skips copying them.
@@ -302,7 +316,8 @@ class _Pass:
             i += 1
             alloc = self.place(pos)
             if alloc is not None:
-                self.starts.append(Start(int(keys[pos]), str(jids[pos]), alloc))
+                probe = self.probes.get(pos, 0.0) if self.probes else 0.0
+                self.starts.append(Start(int(keys[pos]), str(jids[pos]), alloc, probe_s=probe))
                 self.unflushed = (alloc, pos)
                 continue
             if mode == "strict":
@@ -412,7 +427,8 @@ class _Pass:
             self.spare_index.set_free(nd, int(spare[nd]))
         self.taken.append((used, pos))
         p = self.snap.pending
-        self.starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc, backfill=True))
+        probe = self.probes.get(pos, 0.0) if self.probes else 0.0
+        self.starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc, backfill=True, probe_s=probe))
         self.fmax, self.ftot, self.smax = self.limits()
         self.spmax, self.sptot = int(spare.max(initial=0)), int(spare.sum())
 

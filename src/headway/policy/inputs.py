@@ -356,6 +356,11 @@ class RunningRow:
     runtime_p90: float
     attained: float = 0.0
     preemptible: bool = False
+    p_success: float = math.nan
+    time_to_failure: float = math.nan
+    last_preempted: float = math.nan  # epoch seconds of its last preemption; NaN: never
+    checkpoint_every: float = math.nan  # seconds; NaN: the policies' default
+    probe: bool = False  # a fail-fast probe run (Start.probe_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,6 +445,11 @@ def running_jobs(book: PolicyBook, rows: Sequence[RunningRow]) -> RunningJobs:
         runtime_p90=_col(r.runtime_p90 for r in rows),
         attained=_col(r.attained for r in rows),
         preemptible=np.array([r.preemptible for r in rows], dtype=bool),
+        p_success=_col(r.p_success for r in rows),
+        time_to_failure=_col(r.time_to_failure for r in rows),
+        last_preempted=_col(r.last_preempted for r in rows),
+        checkpoint_every=_col(r.checkpoint_every for r in rows),
+        probe=np.array([r.probe for r in rows], dtype=bool),
     )
 
 

@@ -11,11 +11,11 @@ import numpy as np
 
 from headway.policy.base import Policy
 from headway.policy.factors import HOUR
-from headway.policy.placement import gang_size, place, take
-from headway.policy.snapshot import F64, FULL_SHARE, I64, Allocation, ClusterView, Ranking, Snapshot, Start
+from headway.policy.placement import gang_size
+from headway.policy.preempt import DEFAULT_RESTART_S, make_room
+from headway.policy.snapshot import F64, I64, Ranking, Snapshot, Start
 
 _CROSS_TOL = 1e-6  # GPU-seconds: LAS's tolerance at a queue threshold (Las._queue)
-Job = tuple[float, int, int]  # (gpus, max_nodes, whole GPUs) of a pending job
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,9 @@ class Las(Policy):
     """Tiresias's discretised 2D-LAS: queues by attained GPU-service, FIFO inside a queue, preemptive.
 
     A pending job may preempt running jobs of a strictly lower queue when it cannot be placed otherwise;
-    a preempted job keeps its progress (checkpoint) and pays `restart_penalty_s` when it restarts.
+    a preempted job checkpoints as it stops (Tiresias' assumption; a job's own `checkpoint_every` says
+    otherwise) and pays `restart_penalty_s` when it restarts.
+    Every job may be preempted, as in Tiresias (the `preemptible` flag is for class-based preemption).
     A job waiting longer than `promote_knob` x its executed time goes back to the top queue (Tiresias).
     """
 
@@ -33,7 +35,7 @@ class Las(Policy):
     wakes: ClassVar[bool] = True  # when a running job crosses into a lower queue
     thresholds: tuple[float, ...] = (1 * HOUR, 10 * HOUR)  # GPU-seconds between queues
     promote_knob: float = 8.0
-    restart_penalty_s: float = 30.0
+    restart_penalty_s: float = DEFAULT_RESTART_S
     max_preemptors: int = 8  # pending jobs per pass that may try to preempt
 
     @property
@@ -69,7 +71,7 @@ class Las(Policy):
             return [], []
         rq = self._running_queue(snap)
         victims_order = np.lexsort((-r.start, -rq))  # lowest queue first, then the latest started
-        victims_q, victims_ok = rq[victims_order], r.preemptible[victims_order]
+        victims_q = rq[victims_order]
         gone: set[int] = set()
         out_keys: list[int] = []
         starts: list[Start] = []
@@ -85,7 +87,7 @@ class Las(Policy):
             q = own_q[pos]
             below = below_q.get(q)
             if below is None:
-                below = below_q[q] = victims_order[(victims_q > q) & victims_ok].tolist()  # victims order
+                below = below_q[q] = victims_order[victims_q > q].tolist()  # victims order
             cands = [v for v in below if v not in gone]
             if not cands:
                 if int(tier[pos]) < q:
@@ -93,7 +95,7 @@ class Las(Policy):
                 break  # later jobs are in this queue or a lower one: nobody below them to preempt either
             tried += 1
             job = (float(p.gpus[pos]), int(p.max_nodes[pos]), gang_size(float(p.gpus[pos]))[0])
-            plan = self._make_room(snap.cluster, free, share, cands, job)
+            plan = make_room(self.placement, snap.cluster, free, share, cands, job)
             if plan is None:
                 continue
             chosen, alloc = plan
@@ -102,50 +104,6 @@ class Las(Policy):
             out_keys.extend(keys)
             starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc, preempts=keys))
         return out_keys, starts
-
-    def _make_room(
-        self, view: ClusterView, free: I64, share: I64, cands: list[int], job: Job
-    ) -> tuple[list[int], Allocation] | None:
-        """Stop candidates (running positions, in order) until `job` fits, keep only those it needs, and
-        place it: (victims, allocation), with (free, share) updated in place; None: it never fits."""
-        f2, s2 = free.copy(), share.copy()
-        chosen: list[int] = []
-        alloc = None
-        for v in cands:  # freed one by one, lowest queue first, until the job fits
-            if not _stop(view, f2, s2, v):
-                continue
-            chosen.append(v)
-            alloc = self._try(f2, s2, view, *job)
-            if alloc is not None:
-                break
-        if alloc is None:
-            return None
-        # Victims taken before the one that made it fit may not be needed (another node's, a job too
-        # small to matter): keep only those it cannot fit without, latest added tried first.
-        for v in reversed(chosen[:-1]):
-            fewer = [u for u in chosen if u != v]
-            got, g2, t2 = self._fits_after(view, free, share, fewer, job)
-            if got is not None:
-                chosen, alloc, f2, s2 = fewer, got, g2, t2
-        free[:], share[:] = f2, s2
-        take(free, share, alloc)
-        return chosen, alloc
-
-    def _try(
-        self, free: I64, share: I64, view: ClusterView, gpus: float, max_nodes: int, whole: int
-    ) -> Allocation | None:
-        if whole > 0 and (whole > (free.sum() if max_nodes > 1 else free.max(initial=0))):
-            return None
-        return place(self.placement, free, share, view.rack, view.n_racks, gpus, max_nodes)
-
-    def _fits_after(
-        self, view: ClusterView, free: I64, share: I64, victims: list[int], job: Job
-    ) -> tuple[Allocation | None, I64, I64]:
-        """Where a job fits once `victims` (running positions) are stopped, and the free GPUs then."""
-        f2, s2 = free.copy(), share.copy()
-        for v in victims:
-            _stop(view, f2, s2, v)
-        return self._try(f2, s2, view, *job), f2, s2
 
     def wake_at(self, snap: Snapshot) -> float | None:
         """When a running job crosses into a lower queue, where a waiting job may preempt it."""
@@ -170,13 +128,3 @@ class Las(Policy):
         t = now + (nxt - attained) / np.maximum(gpus, 1e-9)
         t = t[(t > now) & np.isfinite(t)]  # one that rounds to now must not hide the others
         return float(t.min()) if len(t) else None
-
-
-def _stop(view: ClusterView, free: I64, share: I64, v: int) -> bool:
-    """Give running job `v`'s whole GPUs back on (free, share), in place; False when it holds none."""
-    mask = view.owner == v
-    if not mask.any():
-        return False
-    share[mask] = FULL_SHARE
-    free += mask.sum(axis=1)
-    return True

@@ -17,6 +17,7 @@ from headway.policy.fifo import Fifo, FifoSkip
 from headway.policy.impact import Impact, ImpactOracle
 from headway.policy.las import Las
 from headway.policy.multifactor import Multifactor
+from headway.policy.multifactor_preempt import MultifactorPreempt
 from headway.policy.qssf import Qssf
 from headway.policy.sjf import SjfOracle
 
@@ -48,6 +49,7 @@ REGISTRY: tuple[Registered, ...] = (
     Registered(FifoSkip),
     Registered(ImpactOracle),
     Registered(FairShare),
+    Registered(MultifactorPreempt),
 )
 POLICIES: dict[str, type[Policy]] = {r.name: r.cls for r in REGISTRY}
 # What a live queue can run: an oracle needs the truth, which only a replay has.
@@ -63,6 +65,15 @@ def live_policy_error(name: str) -> str | None:
         return None
     why = " (an oracle needs the truth: `headway simulate` only)" if name in POLICIES else ""
     return f"unknown --policy {name!r}{why}; choose one of {', '.join(LIVE_POLICIES)}"
+
+
+def knobs_for(name: str, knobs: dict[str, object]) -> dict[str, object]:
+    """The knobs policy `name` has (`--no-preemption` turns impact's preemption off and means nothing
+    to a policy that never preempts by class)."""
+    from dataclasses import fields
+
+    have = {f.name for f in fields(POLICIES[name])} if name in POLICIES else set()
+    return {k: v for k, v in knobs.items() if k in have}
 
 
 def get_policy(name: str, placement: str | None = None, **knobs: object) -> Policy:

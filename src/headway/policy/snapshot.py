@@ -60,7 +60,15 @@ class RunningJobs:
     runtime: F64  # predicted runtime if it completes
     runtime_p90: F64
     attained: F64  # GPU-seconds served before the current run
-    preemptible: npt.NDArray[np.bool_]
+    preemptible: npt.NDArray[np.bool_]  # the job said a higher class may stop it (requeued, same id)
+    # What survival-aware planning reads (policy/survival.py): the job's predicted chance to complete and
+    # median time to failure, when it was last preempted (NaN: never) and how often it saves its progress
+    # (seconds; NaN: the default of policy/preempt.py).
+    p_success: F64
+    time_to_failure: F64
+    last_preempted: F64
+    checkpoint_every: F64
+    probe: npt.NDArray[np.bool_]  # a fail-fast probe run (Start.probe_s), stopped by the caller at its end
 
     def __len__(self) -> int:
         return len(self.key)
@@ -139,6 +147,9 @@ class Start:
     # Running jobs (keys) this start preempts: stopped right before it, in the order the policy planned,
     # so the GPUs it was planned on are the ones freed for it (Decision.preempt lists them all).
     preempts: tuple[int, ...] = ()
+    # A fail-fast probe (policy/impact.py): the caller stops this run after `probe_s` seconds unless it
+    # ended first, and requeues the job as preemptible (0: an ordinary run).
+    probe_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,5 +68,7 @@ def make_history(n: int, *, seed: int = 0, users: int | None = None, days: float
         "state": pa.array(state.tolist()),
         "exit_code": pa.nulls(n, pa.int32()),
         "source": pa.array(["synthetic"] * n),
+        "preemptible": pa.nulls(n, pa.bool_()),
+        "checkpoint_every": pa.nulls(n, pa.int64()),
     }
     return pa.Table.from_pydict(cols, schema=JOB_SCHEMA)

@@ -4,7 +4,8 @@ Each instant: pop its events (ends, then arrivals, then wake-ups) and apply them
 predictor retrain and predict the arrivals, run one scheduling pass, and let the observers record.
 Time only moves to the next event: there is no tick. A pass is `policy.decide(snapshot)`, the same call
 the local queue and the Slurm adapter make; it is skipped when no pending job can be placed on the free
-GPUs at all and the policy may not preempt (it would start nothing), and then only its wake-up is asked.
+GPUs at all and the policy may not preempt now (`Policy.may_preempt`: it would start nothing), and then
+only its wake-up is asked.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class Engine:
         J, pol, opts = self.jobs, self.policy, self.opts
         state = SimState(
             J, self.truth, self.cluster, oracle=pol.oracle, restart_penalty_s=pol.restart_penalty_s,
+            checkpoint_default_s=pol.checkpoint_default_s,
             half_life_s=opts.usage_half_life_s, copies=opts.log_decisions,
         )  # fmt: skip
         explain = {k for k, j in enumerate(J.job_id.tolist()) if j in opts.explain} if opts.explain else set()
@@ -124,7 +126,9 @@ class _Loop:
         ended, woke = False, False
         arrivals: list[int] = []
         while (ev := events.pop_at(now)) is not None:
-            if isinstance(ev, End):
+            if isinstance(ev, End) and ev.probe:
+                ended = st.on_probe_end(ev, now) or ended
+            elif isinstance(ev, End):
                 state = st.on_end(ev, now)
                 if state is not None:
                     self.forecaster.ended(ev.key, now, state)
@@ -141,8 +145,13 @@ class _Loop:
         st, pol = self.state, self.pol
         if not st.pending.n:
             return
-        if pol.preemptive or st.can_place_any() or self.log.wants(arrivals):
+        go = st.can_place_any() or self.log.wants(arrivals)
+        snap = None
+        if not go and pol.preemptive:  # nothing to start: a pass only if it may stop something
             snap = st.snapshot(now, self.passes)
+            go = pol.may_preempt(snap)
+        if go:
+            snap = snap if snap is not None else st.snapshot(now, self.passes)
             dec = pol.decide(snap)
             self.passes += 1
             self.log.record(snap, dec)
@@ -161,6 +170,9 @@ class _Loop:
             self.events.schedule(t, WakeUp(1))
 
 
+_STRING_COLUMNS = ("job_id", "user", "group", "name", "state", "priority_class")
+
+
 def _jobs_table(state: SimState) -> pa.Table:
     cols = state.job_table()
     types = {
@@ -168,12 +180,19 @@ def _jobs_table(state: SimState) -> pa.Table:
         "racks_used": pa.int64(),
         "preemptions": pa.int64(),
         "restarts": pa.int64(),
+        "preemptible": pa.bool_(),
+        "probed": pa.bool_(),
     }
-    nullable = {"start", "end", "time_limit", "p_success", "pred_runtime"}
+    nullable = {"start", "end", "time_limit", "p_success", "pred_runtime", "frag_at_submit"}
     arrays = {
         c: pa.array(
             v,
-            types.get(c, pa.string() if c in ("job_id", "user", "group", "name", "state") else pa.float64()),
+            types.get(
+                c,
+                pa.string()
+                if c in ("job_id", "user", "group", "name", "state", "priority_class")
+                else pa.float64(),
+            ),
             from_pandas=c in nullable,
         )
         for c, v in cols.items()

@@ -23,10 +23,12 @@ class Arrival:
 
 @dataclass(frozen=True, slots=True)
 class End:
-    """The end of job `key`'s run number `epoch` (a preempted run's end is stale: its epoch moved on)."""
+    """The end of job `key`'s run number `epoch` (a preempted run's end is stale: its epoch moved on);
+    `probe`: the end of a fail-fast probe's slot (the run is stopped there unless it ended first)."""
 
     key: int
     epoch: int
+    probe: bool = False
 
 
 @dataclass(frozen=True, slots=True)

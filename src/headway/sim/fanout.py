@@ -14,11 +14,12 @@ import os
 import queue as queue_mod
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from headway.policy.registry import knobs_for
 from headway.sim.cluster import ClusterSpec
 from headway.sim.result import SimResult
 from headway.traces.base import BadInputError
@@ -47,6 +48,7 @@ class RunArgs:
     seed: int
     explain: frozenset[str]
     include_cpu: bool
+    policy_options: dict[str, object] = field(default_factory=dict)  # knobs_for each policy
 
 
 class PolicyError(Exception):
@@ -111,6 +113,7 @@ def _run_one(policy: str) -> SimResult:
             explain=args.explain,
             include_cpu=args.include_cpu,
             progress=progress,
+            policy_options=knobs_for(policy, args.policy_options),
         )
     except (ValueError, RuntimeError, BadInputError) as e:  # bad input: reported with the policy's name
         raise PolicyError(policy, str(e)) from None

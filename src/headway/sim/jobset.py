@@ -18,8 +18,9 @@ from headway.policy.snapshot import I64
 
 
 def shared(a: np.ndarray) -> tuple[array[Any], np.ndarray]:
-    """`a` (float64 or int64) as an `array` and a numpy view of the same memory."""
-    buf = array("d" if a.dtype == np.float64 else "q", a.tobytes())
+    """`a` (float64, int64 or bool) as an `array` and a numpy view of the same memory."""
+    code = "d" if a.dtype == np.float64 else "b" if a.dtype == np.bool_ else "q"
+    buf = array(code, a.tobytes())
     return buf, np.frombuffer(buf, dtype=a.dtype)
 
 

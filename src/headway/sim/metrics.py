@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from headway.policy.preempt import URGENT_CLASSES
 from headway.schema import ENDED_STATES, WASTE_STATES, State
 from headway.sim.result import SimResult
 
@@ -238,7 +239,43 @@ def compute(result: SimResult) -> dict[str, MetricValue]:
         "sim_wall_seconds": float(result.wall_seconds),
         "sim_events": int(result.events),
     }
+    m.update(_preemption_metrics(result, jt, waste))
     return m
+
+
+def _preemption_metrics(
+    result: SimResult, jt: JobTimes, waste: npt.NDArray[np.bool_]
+) -> dict[str, MetricValue]:
+    """High and urgent jobs' time to start and slowdown, the others' time to success, GPU-hours lost to
+    preemption and to fail-fast probes, fragmentation when an urgent gang arrives, and how soon a job
+    that fails tells its user (submit to its failure)."""
+    names = result.jobs.column_names
+    n = len(jt.submit)
+
+    def col(name: str, fill: float = 0.0) -> Arr:
+        return _col(result.jobs, name) if name in names else np.full(n, fill)
+
+    klass = result.jobs.column("priority_class").to_pylist() if "priority_class" in names else [None] * n
+    urgent = np.array([c in URGENT_CLASSES for c in klass], dtype=bool)
+    started = ~np.isnan(jt.start)
+    qd_u = jt.queue_delay[urgent & started]
+    tts_o = jt.jct[jt.success & ~urgent]
+    frag = col("frag_at_submit", np.nan)[urgent]
+    frag = frag[~np.isnan(frag)]
+    fail_delay = jt.jct[waste]
+    return {
+        "jobs_urgent": int(urgent.sum()),
+        "urgent_queue_delay_mean": _mean(qd_u),
+        "urgent_queue_delay_p95": _pct(qd_u, 95),
+        "urgent_bounded_slowdown_mean": _mean(jt.bounded_slowdown[urgent & jt.ended]),
+        "others_time_to_success_mean": _mean(tts_o),
+        "preempted_gpu_hours": float((jt.gpus * col("lost_s")).sum() / 3600.0),
+        "probe_gpu_hours": float((jt.gpus * col("probe_lost_s")).sum() / 3600.0),
+        "urgent_fragmented_arrivals": float((frag > 0).mean()) if len(frag) else None,
+        "urgent_fragmented_gpus_mean": _mean(frag),
+        "failure_signal_delay_mean": _mean(fail_delay),
+        "failure_signal_delay_p50": _pct(fail_delay, 50),
+    }
 
 
 def ratios(

@@ -16,7 +16,12 @@ UNKNOWN_USER = "(unknown)"
 #   submit float, start float|null (null: never started before the end), end float|null,
 #   runtime float (the recorded runtime it ran), state str (its recorded final state),
 #   preemptions int, restarts int (LAS), time_limit float|null,
-#   p_success float, pred_runtime float (the predictions the policy saw at its first ranking)
+#   p_success float, pred_runtime float (the predictions the policy saw at its first ranking),
+#   priority_class str, preemptible bool (at its end: a survived probe is), lost_s float (seconds held
+#   for work redone or restarts because of preemptions), probe_lost_s float (the same for fail-fast
+#   probes), held_s float (seconds it held GPUs over all its runs: runtime + lost_s + probe_lost_s once
+#   it ended), probed bool (stopped at a probe's end), frag_at_submit float|null (high and urgent jobs:
+#   free GPUs at its arrival when enough in number but unable to hold its gang, else 0)
 JOB_COLUMNS: tuple[str, ...] = (
     "job_id",
     "user",
@@ -35,6 +40,13 @@ JOB_COLUMNS: tuple[str, ...] = (
     "time_limit",
     "p_success",
     "pred_runtime",
+    "priority_class",
+    "preemptible",
+    "lost_s",
+    "probe_lost_s",
+    "held_s",
+    "probed",
+    "frag_at_submit",
 )
 
 # One row per change of cluster state (piecewise constant until the next row):

@@ -251,6 +251,10 @@ def _job_arrays(
         classes=class_names,
         epoch0=epoch0,
         streak_keys=streak_keys,
+        preemptible=np.asarray(
+            tt.column("preemptible").fill_null(False).to_numpy(zero_copy_only=False), dtype=bool
+        ),
+        checkpoint_every=_floats(tt.column("checkpoint_every")),
     )
 
 

@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from headway.policy.inputs import PendingColumns, PolicyBook
 from headway.policy.placement import FreeIndex
+from headway.policy.preempt import DEFAULT_CHECKPOINT_S, URGENT_CLASSES
 from headway.policy.snapshot import (
     F64,
     FULL_SHARE,
@@ -51,6 +52,12 @@ _R_COLS: tuple[str, ...] = (
     "runtime",
     "runtime_p90",
     "attained",
+    "preemptible",
+    "p_success",
+    "time_to_failure",
+    "last_preempted",
+    "checkpoint_every",
+    "probe",
 )
 _VIEWS_KEPT = 4096  # snapshot views kept per queue length
 
@@ -74,6 +81,8 @@ class JobArrays:
     classes: list[str]
     epoch0: float  # epoch seconds of simulation time 0 (the predictor sees real timestamps)
     streak_keys: list[tuple[str, str, str]]
+    preemptible: npt.NDArray[np.bool_] | None = None  # None: no job is
+    checkpoint_every: F64 | None = None  # seconds; NaN (or None for all): the default
 
     def __len__(self) -> int:
         return len(self.submit)
@@ -120,6 +129,7 @@ class SimState:
         *,
         oracle: bool = False,
         restart_penalty_s: float = 0.0,
+        checkpoint_default_s: float = DEFAULT_CHECKPOINT_S,
         half_life_s: float = 7 * 86400.0,
         copies: bool = False,
     ) -> None:
@@ -127,6 +137,7 @@ class SimState:
         are read-only views of the live columns, valid while the policy runs."""
         self.jobs, self.truth, self.cluster = jobs, truth, cluster
         self.restart_penalty_s = restart_penalty_s
+        self.checkpoint_default_s = checkpoint_default_s
         self.copies = copies
         self.book = PolicyBook.new(jobs.classes, half_life_s, 0.0, jobs.users)
         for key in jobs.streak_keys:
@@ -171,6 +182,23 @@ class SimState:
         self.epoch = array("q", bytes(8 * n))
         self.preemptions_a, self.preemptions = shared(np.zeros(n, dtype=np.int64))
         self.restarts_a, self.restarts = shared(np.zeros(n, dtype=np.int64))
+        self.last_preempted_a, self.last_preempted = shared(np.full(n, np.nan))
+        # Seconds of GPU holding redone (progress since the last checkpoint, restart penalties) because of
+        # preemptions, and because of fail-fast probes; seconds held over all runs.
+        self.lost_a, self.lost = shared(np.zeros(n))
+        self.probe_lost_a, self.probe_lost = shared(np.zeros(n))
+        self.held_a, self.held = shared(np.zeros(n))
+        self.probe_a, self.probe = shared(np.zeros(n, dtype=bool))  # the current run is a probe
+        self.probed_a, self.probed = shared(np.zeros(n, dtype=bool))  # it was stopped at a probe's end
+        self.frag_a, self.frag = shared(np.full(n, np.nan))  # high/urgent: fragmented free GPUs at arrival
+        self.penalty = array("d", bytes(8 * n))  # restart penalty the current run pays first
+        self.cause = array("b", bytes(n))  # why it last stopped: 1 preempted, 2 a probe's end
+        J = self.jobs
+        pre = J.preemptible if J.preemptible is not None else np.zeros(n, dtype=bool)
+        self.preemptible_a, self.preemptible = shared(np.asarray(pre, dtype=bool).copy())
+        ce = J.checkpoint_every if J.checkpoint_every is not None else np.full(n, np.nan)
+        self.ckpt = _floats(np.where(np.isnan(ce), self.checkpoint_default_s, ce))
+        self.ckpt_col = read_only(np.asarray(ce, dtype=np.float64).copy())
         self.nodes_used_a, self.nodes_used = shared(np.zeros(n, dtype=np.int64))
         self.racks_used_a, self.racks_used = shared(np.zeros(n, dtype=np.int64))
 
@@ -190,11 +218,15 @@ class SimState:
             "runtime": self.r_pred,
             "runtime_p90": self.r_p90,
             "attained": self.attained,
+            "p_success": self.p_succ,
+            "time_to_failure": self.ttf,
         }
         predicted_items: dict[str, Any] = {
             "runtime": self.r_pred_a,
             "runtime_p90": self.r_p90_a,
             "attained": self.attained_a,
+            "p_success": self.p_succ_a,
+            "time_to_failure": self.ttf_a,
         }
         oracle_cols: dict[str, Any] = (
             {"oracle": T.runtime, "oracle_ok": T.state == COMPLETED} if oracle else {}
@@ -202,8 +234,6 @@ class SimState:
         pending_only: dict[str, tuple[Any, Any]] = {
             "submit": (J.submit, self.submit),
             "max_nodes": (self.max_nodes, self.mnodes),
-            "p_success": (self.p_succ, self.p_succ_a),
-            "time_to_failure": (self.ttf, self.ttf_a),
             "last_stop": (self.last_stop, self.last_stop_a),
             "streak_key": (J.streak_key, self.streak_key),
         }
@@ -212,17 +242,24 @@ class SimState:
             {**common, **predicted, **{c: v for c, (v, _) in pending_only.items()}, **oracle_cols},
             {**items, **predicted_items, **{c: v for c, (_, v) in pending_only.items()}},
         )
+        running_only: dict[str, tuple[Any, Any]] = {
+            "start": (self.run_start, self.run_start_a),
+            "preemptible": (self.preemptible, self.preemptible_a),
+            "last_preempted": (self.last_preempted, self.last_preempted_a),
+            "checkpoint_every": (self.ckpt_col, self.ckpt_col),
+            "probe": (self.probe, self.probe_a),
+        }
         self.running = JobSet(
             n,
-            {**common, **predicted, "start": self.run_start},
-            {**items, **predicted_items, "start": self.run_start_a},
+            {**common, **predicted, **{c: v for c, (v, _) in running_only.items()}},
+            {**items, **predicted_items, **{c: v for c, (_, v) in running_only.items()}},
         )
         # (whole GPUs, max nodes) of pending whole-GPU jobs, and milli-GPU shares of fractional ones
         self.pend_sizes: Counter[tuple[int, int]] = Counter()
         self.pend_milli: Counter[int] = Counter()
+        self._urgent = [c in URGENT_CLASSES for c in J.classes]
         self._p_views: dict[int, PendingColumns] = {}
         self._r_views: dict[int, RunningJobs] = {}
-        self._preemptible = read_only(np.ones(max(n, 1), dtype=bool))
         self._oracle = oracle
 
     def _init_cluster(self) -> None:
@@ -242,7 +279,26 @@ class SimState:
     def on_arrival(self, k: int) -> None:
         """Job k was submitted: it waits (predictions are set by the forecaster before the pass)."""
         self.book.ledger.see(self.user[k])
+        if self._urgent[self.jobs.klass[k]]:
+            self.frag_a[k] = self._fragmented_for(k)
         self._add_pending(k)
+
+    def _fragmented_for(self, k: int) -> float:
+        """The free GPUs when they are enough in number for job k's gang but cannot hold it, else 0."""
+        w, free = self.whole[k], self.cluster.free_gpus
+        if w == 0 or free < w:
+            return 0.0
+        return 0.0 if self.index.placeable(w, self.mnodes[k]) else float(free)
+
+    def on_probe_end(self, end: End, now: float) -> bool:
+        """A probe's slot is over: the run, if still going, stops and the job is requeued preemptible."""
+        k = end.key
+        if end.epoch != self.epoch[k] or math.isnan(self.end_a[k]) or not self.probe_a[k]:
+            return False
+        self._preempt(k, now, probe=True)
+        self.preemptible_a[k] = True
+        self.probed_a[k] = True
+        return True
 
     def on_end(self, end: End, now: float) -> str | None:
         """A run ended at `now`: its final state, or None for a stale end (the run was preempted)."""
@@ -250,6 +306,8 @@ class SimState:
         if end.epoch != self.epoch[k] or math.isnan(self.end_a[k]):
             return None
         self._stop(k, now)
+        if self.penalty[k]:  # the last run's restart, charged to what stopped the run before
+            (self.probe_lost_a if self.cause[k] == 2 else self.lost_a)[k] += self.penalty[k]
         state = self.state_l[k]
         if state == COMPLETED:
             self.completed += 1
@@ -271,7 +329,11 @@ class SimState:
         for s in dec.start:
             for key in s.preempts:
                 self._preempt(key, now)
-            ends.append(self._start(s.key, s.alloc, now))
+            t, end = self._start(s.key, s.alloc, now)
+            ends.append((t, end))
+            self.probe_a[s.key] = s.probe_s > 0
+            if s.probe_s > 0 and now + s.probe_s < t:
+                ends.append((now + s.probe_s, End(s.key, end.epoch, probe=True)))
         return ends
 
     def set_predictions(
@@ -362,9 +424,9 @@ class SimState:
             self.racks_used_a[k] = 1 if len(al.nodes) == 1 else len({self.rack_of[nd] for nd in al.nodes})
         else:
             self.restarts_a[k] += 1
-            self.remaining[k] += self.restart_penalty_s
+            self.penalty[k] = self.restart_penalty_s
         self.book.ledger.start(self.user[k], self.gpus[k], now)
-        e = self.end_a[k] = now + self.remaining[k]
+        e = self.end_a[k] = now + self.penalty[k] + self.remaining[k]
         return e, End(k, self.epoch[k])
 
     def _stop(self, k: int, now: float) -> None:
@@ -384,13 +446,28 @@ class SimState:
         g = self.gpus[k]
         self.book.ledger.stop(self.user[k], g, self.run_start_a[k], now)
         self.attained_a[k] += g * (now - self.run_start_a[k])
+        self.held_a[k] += now - self.run_start_a[k]
 
-    def _preempt(self, k: int, now: float) -> None:
+    def _preempt(self, k: int, now: float, probe: bool = False) -> None:
+        """Stop job k's run and requeue it: it keeps the work up to its last checkpoint; what it did
+        since, and the restart penalty this run paid, are lost (counted in `lost` or `probe_lost`)."""
+        elapsed = now - self.run_start_a[k]
+        pen = self.penalty[k]
+        work = min(max(elapsed - pen, 0.0), self.remaining[k])
+        ce = self.ckpt[k]
+        saved = work - math.fmod(work, ce) if ce > 0 else work
+        self.remaining[k] -= saved
+        (self.probe_lost_a if probe else self.lost_a)[k] += elapsed - saved
+        self.penalty[k] = 0.0
+        self.probe_a[k] = False
+        self.cause[k] = 2 if probe else 1
         self._stop(k, now)
-        self.remaining[k] = max(self.end_a[k] - now, 0.0)
+        if not probe:
+            self.last_preempted_a[k] = now
         self.end_a[k] = math.nan
         self.epoch[k] += 1
-        self.preemptions_a[k] += 1
+        if not probe:
+            self.preemptions_a[k] += 1
         self.last_stop_a[k] = now
         self._add_pending(k)
 
@@ -423,13 +500,13 @@ class SimState:
         k, R = self.running.n, self.running
         if self.copies:
             cols = {c: R.cols[c][:k].copy() for c in _R_COLS}
-            return RunningJobs(R.keys[:k].copy(), **cols, preemptible=self._preemptible[:k])
+            return RunningJobs(R.keys[:k].copy(), **cols)
         got = self._r_views.get(k)
         if got is None:
             if len(self._r_views) >= _VIEWS_KEPT:
                 self._r_views.clear()
             cols = {c: R.ro[c][:k] for c in _R_COLS}
-            got = self._r_views[k] = RunningJobs(R.ro_keys[:k], **cols, preemptible=self._preemptible[:k])
+            got = self._r_views[k] = RunningJobs(R.ro_keys[:k], **cols)
         return got
 
     # --- checks and output ---------------------------------------------------------------------------
@@ -467,6 +544,9 @@ class SimState:
             "start": self.first_start, "end": self.end, "runtime": T.runtime, "state": T.state.tolist(),
             "preemptions": self.preemptions, "restarts": self.restarts, "time_limit": J.time_limit,
             "p_success": self.p_first, "pred_runtime": self.r_first,
+            "priority_class": [J.classes[c] for c in J.klass.tolist()], "preemptible": self.preemptible,
+            "lost_s": self.lost, "probe_lost_s": self.probe_lost, "held_s": self.held, "probed": self.probed,
+            "frag_at_submit": self.frag,
         }  # fmt: skip
         assert tuple(cols) == JOB_COLUMNS
         return cols

@@ -328,6 +328,8 @@ def _table(j: _Jobs, users: int, t0: dt.datetime, source: str) -> pa.Table:
         "state": pc.take(_STATES, pa.array(j.state[order])),
         "exit_code": pa.array(j.exit_code[order], pa.int32()),
         "source": pa.repeat(pa.scalar(source), n),
+        "preemptible": pa.nulls(n, pa.bool_()),
+        "checkpoint_every": pa.nulls(n, pa.int64()),
     }
     return pa.Table.from_pydict(cols, schema=JOB_SCHEMA)
 

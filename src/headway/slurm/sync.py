@@ -69,6 +69,15 @@ LOG_WAIT_S = 2.0  # how long a pass waits for the store held by another process,
 LOG_BACKLOG = 1000  # passes kept for the decision log while the store cannot be written (oldest dropped)
 
 PredictorFactory = Callable[[], OnlinePredictor]
+# The QOS whose running jobs a higher class may preempt (docs/slurm.md, "Preemption: classes to QOS"): on
+# Slurm a job is preemptable through its QOS, which slurm.conf's PreemptType=preempt/qos reads.
+DEFAULT_PREEMPTIBLE_QOS: frozenset[str] = frozenset({"low"})
+
+
+def parse_qos_list(text: str) -> frozenset[str]:
+    """`low,scavenger` as a set of QOS names; Slurm's names are case-insensitive (sacctmgr stores them in
+    lower case), so they are compared so. An empty text: no QOS is preemptable."""
+    return frozenset(q.strip().lower() for q in text.split(",") if q.strip())
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +89,7 @@ class SyncOptions:
     since: str = "30d"  # first history read, when the store has none of this cluster's jobs
     policy: str = "impact"
     max_age_s: float = 60.0  # inputs older than this at write time are stale: write nothing
+    preemptible_qos: frozenset[str] = DEFAULT_PREEMPTIBLE_QOS  # lower case (parse_qos_list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,8 +444,15 @@ def _pending_rows(pending: Sequence[QueueJob], pred: Predictions, max_gpus: int)
 
 
 def _running_rows(
-    running: Sequence[QueueJob], pred: Predictions, first_key: int, now: float
+    running: Sequence[QueueJob],
+    pred: Predictions,
+    first_key: int,
+    now: float,
+    preemptible_qos: frozenset[str] = DEFAULT_PREEMPTIBLE_QOS,
 ) -> list[RunningRow]:
+    """The running jobs as the policy core reads them: preemptable when their QOS is one of
+    `preemptible_qos`, with the predictor's chance to complete and time to failure. Slurm says nothing of
+    a job's checkpoints or its last preemption in squeue, so those keep the policies' defaults."""
     return [
         RunningRow(
             key=first_key + i,
@@ -447,6 +464,9 @@ def _running_rows(
             time_limit=_limit(j),
             runtime=float(pred.runtime[i]),
             runtime_p90=float(pred.runtime_p90[i]),
+            preemptible=j.qos is not None and j.qos.lower() in preemptible_qos,
+            p_success=float(pred.p_success[i]),
+            time_to_failure=float(pred.time_to_failure[i]),
         )
         for i, j in enumerate(running)
     ]
@@ -461,6 +481,7 @@ def build_snapshot(
     history: Sequence[JobRecord],
     now: float,
     seq: int,
+    preemptible_qos: frozenset[str] = DEFAULT_PREEMPTIBLE_QOS,
 ) -> Snapshot:
     """The policy core's read-only view of a live Slurm cluster, built as the simulator and the local
     queue build theirs (policy/inputs.py): a `PolicyBook` fed with the history in end order, then the
@@ -477,7 +498,7 @@ def build_snapshot(
     cols = pending_columns(
         book, _pending_rows(pending, pred_pending, view.max_node_gpus), log_has_names=log_has_names
     )
-    run = running_jobs(book, _running_rows(running, pred_running, len(pending), now))
+    run = running_jobs(book, _running_rows(running, pred_running, len(pending), now, preemptible_qos))
     return book.snapshot(now, seq, cols, run, view, running_in_ledger=False)
 
 
@@ -619,7 +640,15 @@ class SlurmSync:
             preds = self.predictor.predict([submitted_from_queue(j) for j in pending], now)
             pred_run = self.predictor.predict([submitted_from_queue(j) for j in running], now)
             snap = build_snapshot(
-                pending, running, nodes, preds, pred_run, list(self.history.jobs.values()), now, self.seq
+                pending,
+                running,
+                nodes,
+                preds,
+                pred_run,
+                list(self.history.jobs.values()),
+                now,
+                self.seq,
+                opts.preemptible_qos,
             )
             ranking = rank_jobs(snap, opts.policy)
             order_ids = [str(ranking.job_id[int(i)]) for i in ranking.order]
@@ -856,6 +885,7 @@ def run_loop(
 
 
 __all__ = [
+    "DEFAULT_PREEMPTIBLE_QOS",
     "History",
     "PassReport",
     "Plan",
@@ -865,6 +895,7 @@ __all__ = [
     "SyncOptions",
     "build_snapshot",
     "decision_record",
+    "parse_qos_list",
     "rank_jobs",
     "run_loop",
 ]

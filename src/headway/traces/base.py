@@ -28,6 +28,10 @@ class BadRow:
 
 ROW_SKIPPED = "row skipped"
 STORED_NULL = "stored as null"
+# Job fields almost no log carries (preemption, issue 27: whether a job may be stopped and requeued, how
+# often it saves its progress): null when a log lacks them (not said: the policies' documented default),
+# and not listed among a read's missing fields, which name what the audit and a replay lose for lack of them.
+SELDOM_FIELDS: tuple[str, ...] = ("preemptible", "checkpoint_every")
 # A reason written as `column: what is wrong` names its column; other reasons concern the whole row.
 _COLUMN_REASON = re.compile(r"^(?P<col>[A-Za-z0-9_/ .#-]{1,64}): (?P<why>.+)$")
 EXAMPLES_KEPT = 1000  # examples kept per problem (what --show-bad can ask for)

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headway.schema import JOB_SCHEMA
-from headway.traces.base import ReadResult
+from headway.traces.base import SELDOM_FIELDS, ReadResult
 
 
 def _count(mask: pa.ChunkedArray | pa.Array) -> int:
@@ -19,7 +19,7 @@ def tidy(res: ReadResult) -> ReadResult:
       meant (before, the simulator's backfill and impact's cost took it at face value: a 0-GPU-hour job).
     - A node count of 0 or less is unknown.
     - A GPU column with empty cells: the jobs keep an unknown GPU count, and the user learns how many.
-    - A column empty on every row is listed among the missing fields."""
+    - A column empty on every row is listed among the missing fields (but for SELDOM_FIELDS)."""
     t = res.table
     if t.num_rows == 0:
         return res
@@ -36,7 +36,11 @@ def tidy(res: ReadResult) -> ReadResult:
             res.notes.append(f"{k:,} row(s) with {what}")
     # A field the log has but leaves empty on every row (sacct's Account on a cluster without accounts, a
     # Parquet export of a log without names) is as missing as one it does not have.
-    empty = {f for f in t.column_names if f != "source" and t.column(f).null_count == t.num_rows}
+    empty = {
+        f
+        for f in t.column_names
+        if f != "source" and f not in SELDOM_FIELDS and t.column(f).null_count == t.num_rows
+    }
     if empty - set(res.missing_fields):
         res.missing_fields = [f for f in JOB_SCHEMA.names if f in empty or f in res.missing_fields]
     if "gpus" not in res.missing_fields:

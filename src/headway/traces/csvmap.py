@@ -28,8 +28,10 @@ from headway.traces.sacct import STATE_MAP
 
 TEXT_FIELDS = ("job_id", "user", "group", "name", "partition", "priority_class")
 TIME_FIELDS = ("submit_time", "start_time", "end_time")
-NUMBER_FIELDS = ("gpus", "nodes", "cpus", "mem_mb", "time_limit", "exit_code")
-INT_FIELDS = ("nodes", "cpus", "mem_mb", "time_limit", "exit_code")
+NUMBER_FIELDS = ("gpus", "nodes", "cpus", "mem_mb", "time_limit", "exit_code", "checkpoint_every")
+INT_FIELDS = ("nodes", "cpus", "mem_mb", "time_limit", "exit_code", "checkpoint_every")
+# Yes/no fields: a column of true/false, yes/no or 1/0 (any case), or a TOML true/false constant.
+BOOL_FIELDS = ("preemptible",)
 EPOCH_UNITS = ("s", "ms", "us")
 TIME_LIMIT_UNITS = {"s": 1, "min": 60, "h": 3600}
 MEM_UNITS = {"kb": 1 / 1024, "mb": 1, "gb": 1024, "tb": 1024 * 1024}
@@ -166,8 +168,10 @@ def load_mapping(path: Path) -> Mapping:
             raise _err(path, key, f"{name} is already mapped in [fields]")
         if isinstance(value, dict | list):
             raise _err(path, key, "must be a single value")
-        if name in NUMBER_FIELDS and not isinstance(value, int | float):
+        if name in NUMBER_FIELDS and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise _err(path, key, "must be a number")
+        if name in BOOL_FIELDS and not isinstance(value, bool):
+            raise _err(path, key, "must be true or false")
         if name in TIME_FIELDS:
             raise _err(path, key, "times cannot be constants")
         if name == "state":
@@ -384,6 +388,12 @@ class CsvMapReader:
                     cols[fname] = f.epoch(v, name, unit, zero_is_null=False, required=need)
                 else:
                     cols[fname] = f.timestamp(v, name, (tf,), tz, required=need)
+            elif fname in BOOL_FIELDS:
+                if not is_column:
+                    raise _err(
+                        m.path, key, f"no column {name!r} in {path} (a yes/no field is read from a column)"
+                    )
+                cols[fname] = f.boolean(column(key, name, src.null_values), name)
             elif fname == "state":
                 words = pc.utf8_upper(f.text(column(key, name, src.null_values)))
                 f.flag(pc.is_null(words), f"{name}: empty state")

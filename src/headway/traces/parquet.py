@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headway.schema import JOB_SCHEMA, MAX_GPUS, State, conform
-from headway.traces.base import BadInputError, BadRowSink, ReadOptions, ReadResult
+from headway.traces.base import SELDOM_FIELDS, BadInputError, BadRowSink, ReadOptions, ReadResult
 
 MAGIC = b"PAR1"
 _STATES = pa.array([s.value for s in State], pa.string())
@@ -99,7 +99,9 @@ class ParquetReader:
         for i in sorted(found):
             sink.add(str(path), i + 1, found[i])  # the row's number in the file, 1-based
         table = table.filter(pc.invert(bad))
-        absent = [f.name for f in JOB_SCHEMA if f.name not in raw.column_names]
+        absent = [
+            f.name for f in JOB_SCHEMA if f.name not in raw.column_names and f.name not in SELDOM_FIELDS
+        ]
         return ReadResult(
             table=table,
             format=self.name,

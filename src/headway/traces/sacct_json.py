@@ -20,10 +20,20 @@ from typing import Any
 import pyarrow as pa
 
 from headway.schema import JOB_SCHEMA, MAX_GPUS, TS, State, conform
-from headway.traces.base import STORED_NULL, BadInputError, BadRowSink, ReadOptions, ReadResult, split_reason
+from headway.traces.base import (
+    SELDOM_FIELDS,
+    STORED_NULL,
+    BadInputError,
+    BadRowSink,
+    ReadOptions,
+    ReadResult,
+    split_reason,
+)
 
-# The schema columns a record fills: every one but `source`.
-_COLUMNS = tuple(n for n in JOB_SCHEMA.names if n != "source")
+# The schema columns a record fills: every one but `source` and the preemption fields, which sacct does not
+# report (a job's QOS, its priority class here, is what makes it preemptable on Slurm: slurm.conf's, not
+# the job's).
+_COLUMNS = tuple(n for n in JOB_SCHEMA.names if n != "source" and n not in SELDOM_FIELDS)
 _NO_LIMIT = 4294967294  # Slurm's INFINITE / NO_VAL for 32-bit fields (and above)
 
 

@@ -30,6 +30,7 @@ from headway.schema import JOB_SCHEMA, MAX_GPUS, State, conform
 from headway.traces.base import (
     EXAMPLES_KEPT,
     ROW_SKIPPED,
+    SELDOM_FIELDS,
     STORED_NULL,
     BadInputError,
     BadRow,
@@ -45,6 +46,10 @@ EPOCH_LIMIT_US = 1e17  # epoch times beyond +-3,168 years (in microseconds) are 
 NULL_WORDS: tuple[str, ...] = ("", "Unknown", "None", "NULL", "null", "\\N", "N/A", "NaN", "nan", "NaT")
 # ... and in a numeric column, Slurm's words for no limit or none set.
 NUMBER_NULLS: tuple[str, ...] = (*NULL_WORDS, "UNLIMITED", "Partition_Limit", "INVALID")
+
+# A yes/no field (`preemptible`): these words, in any case; an empty cell or a null word is not said.
+TRUE_WORDS: tuple[str, ...] = ("true", "yes", "1")
+FALSE_WORDS: tuple[str, ...] = ("false", "no", "0")
 
 INT_RE = r"^[+-]?[0-9]+$"
 FLOAT_RE = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
@@ -761,6 +766,22 @@ class Frame:
             out = pc.if_else(finite, out, pa.scalar(None, pa.float64()))
         return self._sentinels(out, what, values) if sentinels else out
 
+    def boolean(self, values: pa.Array | None, what: str) -> pa.Array:
+        """bool column from true/false, yes/no or 1/0 in any case (TRUE_WORDS, FALSE_WORDS); an empty cell
+        or a null word is null, any other value unreadable: stored as null and counted (`soft`), since no
+        yes/no field is one the job record cannot do without."""
+        if values is None:
+            return pa.nulls(self.n, pa.bool_())
+        s = pc.utf8_lower(self.clean(values))
+        yes = pc.is_in(s, value_set=pa.array(TRUE_WORDS, pa.string()))
+        no = pc.is_in(s, value_set=pa.array(FALSE_WORDS, pa.string()))
+        self.soft(
+            pc.and_(pc.is_valid(s), pc.invert(pc.or_(yes, no))),
+            f"{what}: not true/false, yes/no or 1/0",
+            values,
+        )
+        return pc.if_else(yes, True, pc.if_else(no, False, pa.scalar(None, pa.bool_())))
+
     def whole(
         self, num: pa.Array, what: str, values: pa.Array | None = None, *, required: bool = False
     ) -> pa.Array:
@@ -978,7 +999,7 @@ def result(
     extra_notes: Sequence[str] = (),
 ) -> ReadResult:
     """The ReadResult of a tabular reader; `provided` are the schema fields the input had."""
-    missing = [f for f in JOB_SCHEMA.names if f not in provided and f != "source"]
+    missing = [f for f in JOB_SCHEMA.names if f not in provided and f != "source" and f not in SELDOM_FIELDS]
     rows_read = int((~frame.skip).sum()) + len(frame.raw.bad)
     return ReadResult(
         table=table,

@@ -81,6 +81,8 @@ def run(d: Daemon, caller: Caller, req: Submit) -> SubmitReply:
                     "after": req.after,
                     "submit_time": now,
                     "state": JobState.PENDING.value,
+                    "preemptible": int(req.preemptible),
+                    "checkpoint_every": req.checkpoint_every,
                 }
             )
             job = LocalJob(
@@ -93,6 +95,8 @@ def run(d: Daemon, caller: Caller, req: Submit) -> SubmitReply:
                 time_limit=req.time_limit,
                 priority=req.priority,
                 after=req.after,
+                preemptible=req.preemptible,
+                checkpoint_every=req.checkpoint_every,
             )
             step = d.core.handle(Submitted(job))
             db.log_events(now, step.log)
