@@ -1,16 +1,19 @@
 """Preemption and the fail-fast lane, replayed from the `headway simulate` command (issue 27).
 
-Part 1, per trace (the bundled Philly sample and three synthetic traces from `headway synth`), at its
+Part 1, per trace (the bundled Philly sample and three synthetic traces from `headway synth`, Philly's
+profile: the alibaba profile has no gangs of 16-64 GPUs to make urgent), at its
 natural arrivals and at load 1.0 on 64 x 8 GPUs with `--class-mix default` (seed 0): impact,
-multifactor-preempt, and impact `--no-preemption`, each in one run. Reports urgent time to start (mean,
+multifactor-preempt, impact `--no-preemption`, and impact placed first-fit as multifactor-preempt is (the
+placement alone moves urgent waits), each in one run. Reports urgent time to start (mean,
 p95), the other jobs' mean time to success, GPU-hours lost to preemption, and the ratios the issue
 checks: urgent p95 / impact-without-preemption's (goal <= 0.2), urgent p95 vs multifactor-preempt's
 (goal: below), others' TTS vs without preemption (goal: <= 5% worse), lost GPU-hours vs
 multifactor-preempt's (goal: below).
 
 Part 2, the fail-fast lane: impact with and without `--fail-fast` on the Philly sample, a synthetic trace
-of the alibaba profile (early failures) and, where ../shared/traces holds it, Alibaba's pod list (load 1.0
-on 64 x 8): time to the first failure signal (submit to failure) and mean time to success.
+of each profile (the alibaba one has early failures), at natural load and 1.0, and, where ../shared/traces
+holds it, Alibaba's pod list (load 1.0 on 64 x 8): time to the first failure signal (submit to failure)
+and mean time to success.
 
     .venv/bin/python benchmarks/bench_preemption.py [--jobs 4000] [--json] [--part 1|2|all]
 """
@@ -76,7 +79,8 @@ def preemption_case(trace: Path, load: str | None) -> dict[str, Any]:
     with ThreadPoolExecutor(2) as ex:
         both = ex.submit(simulate, trace, "impact,multifactor-preempt", load, *mix)
         off = ex.submit(simulate, trace, "impact", load, *mix, "--no-preemption")
-        on, no = both.result(), off.result()
+        ff = ex.submit(simulate, trace, "impact", load, *mix, "--placement", "first-fit")
+        on, no, first = both.result(), off.result(), ff.result()
     imp, mfp, nop = on["policies"]["impact"], on["policies"]["multifactor-preempt"], no["policies"]["impact"]
     keys = (
         "urgent_queue_delay_mean",
@@ -91,6 +95,8 @@ def preemption_case(trace: Path, load: str | None) -> dict[str, Any]:
     )
     row = {name: {k: m.get(k) for k in keys} for name, m in (("impact", imp), ("multifactor-preempt", mfp))}
     row["impact --no-preemption"] = {k: nop.get(k) for k in keys}
+    # multifactor-preempt places first-fit (every peer's default): impact placed the same way, beside it
+    row["impact --placement first-fit"] = {k: first["policies"]["impact"].get(k) for k in keys}
     u95, u95_no, u95_mf = (
         imp["urgent_queue_delay_p95"],
         nop["urgent_queue_delay_p95"],
@@ -144,15 +150,12 @@ def main() -> None:
     doc: dict[str, Any] = {"load_avg_start": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        synths = [
-            synth(tmp / "synth-philly-1.parquet", args.jobs, 1, "philly"),
-            synth(tmp / "synth-philly-2.parquet", args.jobs, 2, "philly"),
-            synth(tmp / "synth-alibaba-3.parquet", args.jobs, 3, "alibaba"),
-        ]
+        synths = [synth(tmp / f"synth-philly-{s}.parquet", args.jobs, s, "philly") for s in (1, 2, 3)]
+        early = synth(tmp / "synth-alibaba-4.parquet", args.jobs, 4, "alibaba")
         if args.part in ("1", "all"):
             doc["preemption"] = [preemption_case(t, ld) for t in (PHILLY, *synths) for ld in LOADS]
         if args.part in ("2", "all"):
-            cases = [fail_fast_case(t, ld) for t in (PHILLY, synths[2]) for ld in LOADS]
+            cases = [fail_fast_case(t, ld) for t in (PHILLY, synths[0], early) for ld in LOADS]
             if ALIBABA.exists():
                 cases.append(fail_fast_case(ALIBABA, "1.0"))
             doc["fail_fast"] = cases

@@ -114,7 +114,8 @@ TRACE_JOBS, TRACE_SEED, LOAD = 400, 11, 1.3
 # be (tests/test_engine.py and tests/test_placement_topology.py have each case);
 # las when a restart stopped during its restart penalty paid the whole penalty again at its next start
 # (it used to carry the unpaid rest on top of a new one); impact and impact-oracle when high and urgent
-# jobs got a tier of their own (this trace has `high` jobs) and running jobs' ends became survival-aware.
+# jobs got a tier of their own with strict reservations (this trace has `high` jobs) and running jobs'
+# ends became survival-aware.
 # Regenerate only deliberately, when a policy's definition changes: `python tests/test_engine_replay.py`.
 GOLDEN: dict[str, str] = {
     "fifo/first-fit": "d6c6c15cb905ccb3fa85",
@@ -129,10 +130,10 @@ GOLDEN: dict[str, str] = {
     "las/topology": "76c5f2d7e3a114fc4333",
     "multifactor/first-fit": "d4baa50ad291b89a8362",
     "multifactor/topology": "629d33f72bf5f5055d0a",
-    "impact/first-fit": "122b7945b3ae88e3c5fe",  # re-recorded: R is now the expected runtime (below)
-    "impact/topology": "2dcc6d4a3be5b690146b",
-    "impact-oracle/first-fit": "d8bbefc32f4b0be5917a",
-    "impact-oracle/topology": "74d2f18ebd6e74b86982",
+    "impact/first-fit": "521922a32089ef796426",  # re-recorded: R is now the expected runtime (below)
+    "impact/topology": "b6855880d9fce41e8fe5",
+    "impact-oracle/first-fit": "a2502c4e1447d6913745",
+    "impact-oracle/topology": "e7a5e99880fc6bfabcd9",
 }
 
 
@@ -165,7 +166,7 @@ def replay(
 # impact's digests before its R became the expected runtime (runtime_estimate="mean"): the point estimate
 # must still replay exactly as it did (topology re-recorded with the multi-rack change above; both with
 # the urgent tier above).
-IMPACT_POINT = {"first-fit": "62e4f911bd19ed8efa5f", "topology": "9336a1f605c9e1f21f76"}
+IMPACT_POINT = {"first-fit": "6bfbc30b85911c84326d", "topology": "8f63c082a8c116b965fa"}
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)

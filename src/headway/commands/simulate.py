@@ -686,13 +686,16 @@ def simulate(
         typer.Option(
             help="Draw priority classes and preemptible flags onto the jobs, seeded by --seed: "
             "`default` (5% urgent gangs of 16-64 GPUs, 20% preemptible low jobs) or "
-            "CLASS=PCT%[@MIN-MAX][:preemptible],... (docs/simulate.md). Default: the trace's own.",
+            "CLASS=PCT%\\[@MIN-MAX]\\[:preemptible],... (docs/simulate.md). Default: the trace's own.",
             show_default=False,
             metavar="SPEC",
         ),
     ] = None,
     no_preemption: Annotated[
-        bool, typer.Option("--no-preemption", help="Replay impact without preempting (as before it did).")
+        bool,
+        typer.Option(
+            "--no-preemption", help="Replay impact without preempting: what its preemption is worth."
+        ),
     ] = False,
     fail_fast: Annotated[
         bool,

@@ -146,7 +146,11 @@ class Policy:
         if head is not None:
             reservation = ps.reserve(head)
             ps.backfill(reservation.start)
-        preempt = ps.preempt() if self.preemptive else []
+        preempt: list[int] = []
+        if self.preemptive and self.may_preempt(snap):
+            preempt = ps.preempt()
+            if reservation is not None and any(s.key == reservation.key for s in ps.starts):
+                reservation = None  # the head starts now, on GPUs its preemptions freed
         wake = self._next_wake(snap, ps.starts)
         return Decision(did, snap.now, tuple(ps.starts), tuple(preempt), reservation, wake, ranking)
 

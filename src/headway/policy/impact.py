@@ -12,13 +12,15 @@ import numpy.typing as npt
 
 from headway.policy.base import Policy
 from headway.policy.factors import DAY, HOUR, class_table, fairshare_of, lognormal_mean, slip_end
-from headway.policy.placement import gang_size
 from headway.policy.preempt import (
     DEFAULT_CHECKPOINT_S,
     DEFAULT_RESTART_S,
     URGENT_CLASSES,
+    Planned,
     cheapest_block,
     class_rank,
+    classes_waiting,
+    gang_of,
     progress_lost,
 )
 from headway.policy.snapshot import F64, I64, Ranking, Snapshot, Start
@@ -46,12 +48,13 @@ PROBE_TIER, URGENT_TIER = 3, 4
 class Impact(Policy):
     """DESIGN.md's impact ordering: w * p / c x fair share, with a starvation bound and a failure hold.
 
-    c = gpus * (p * R + (1 - p) * F) in GPU-hours. Tiers: 0 starved (waited past the class max_wait:
-    earliest deadline first; GPUs it could use go only to jobs whose time limit ends before its planned
-    start), 1 normal, 2 held (its user+name failed `hold_after` times in a row with no success since).
-    By default only a starved head holds a reservation and a normal job that does not fit is skipped;
-    `reserve="head"` is classic EASY with backfill on predicted runtimes. Running jobs past their
-    predicted end re-plan the reservation (see `slip_end`).
+    c = gpus * (p * R + (1 - p) * F) in GPU-hours. Tiers, in rank order: 0 starved (waited past the class
+    max_wait: earliest deadline first; GPUs it could use go only to jobs whose time limit ends before its
+    planned start), 4 urgent (a high or urgent job: never held, a strict reservation like a starved one,
+    and it may preempt), 3 fail-fast probe (off by default), 1 normal, 2 held (its user+name failed
+    `hold_after` times in a row with no success since). By default only a starved or urgent head holds
+    a reservation and a normal job that does not fit is skipped; `reserve="head"` is classic EASY with
+    backfill on predicted runtimes. Running jobs' ends are survival-aware (policy/survival.py).
     """
 
     name: ClassVar[str] = "impact"
@@ -209,15 +212,26 @@ class Impact(Policy):
         if r.probe.any():
             end = np.where(r.probe, np.minimum(end, np.maximum(r.start + self.probe_s, snap.now)), end)
         cap = r.start + r.time_limit
-        return np.where(np.isfinite(cap) & (cap > snap.now), np.minimum(end, cap), end)
+        end = np.where(np.isfinite(cap) & (cap > snap.now), np.minimum(end, cap), end)
+        if self.may_preempt(snap):
+            # A job a waiting high or urgent gang may stop frees its GPUs, for that gang's reservation, as
+            # soon as it is past its minimum runtime: the plan drains the nodes preemption can finish.
+            w = class_rank(snap.classes, self.class_weight)
+            top = float(w[snap.pending.klass[np.isin(snap.pending.klass, self._urgent_idx(snap))]].max())
+            min_rt = class_table(snap.classes, r.klass, self.min_runtime_s, 0.0)
+            victim = r.preemptible & (w[r.klass] < top)
+            end = np.where(victim, np.minimum(end, np.maximum(r.start + min_rt, snap.now)), end)
+        return np.asarray(end, dtype=np.float64)
 
     # --- preemption ----------------------------------------------------------------------------------
+
+    def _urgent_idx(self, snap: Snapshot) -> list[int]:
+        return [i for i, c in enumerate(snap.classes) if c in self.preempt_classes]
 
     def may_preempt(self, snap: Snapshot) -> bool:
         if not self.preemption or len(snap.running) == 0 or not snap.running.preemptible.any():
             return False
-        idx = [i for i, c in enumerate(snap.classes) if c in self.preempt_classes]
-        return bool(idx) and bool(np.isin(snap.pending.klass, idx).any())
+        return classes_waiting(snap, self.preempt_classes)
 
     def victim_cost(self, snap: Snapshot) -> tuple[F64, npt.NDArray[np.bool_]]:
         """Per running job: the expected cost of stopping it now, GPUs x (progress lost + restart) x
@@ -239,8 +253,9 @@ class Impact(Policy):
     def preemptions(
         self, snap: Snapshot, ranking: Ranking, free: I64, share: I64, started: set[int]
     ) -> tuple[list[int], list[Start]]:
-        """In rank order, each waiting high or urgent gang (not held) stops the cheapest set of lower-class
-        victims that frees a contiguous block for it (`preempt.cheapest_block`)."""
+        """In rank order, each waiting high or urgent gang stops the cheapest set of lower-class victims
+        that frees a contiguous block for it (`preempt.cheapest_block`), up to a waiting starved job:
+        none behind it may take GPUs by preemption (the starvation bound holds)."""
         r, p = snap.running, snap.pending
         if not self.may_preempt(snap):
             return [], []
@@ -250,33 +265,32 @@ class Impact(Policy):
         w = class_rank(snap.classes, self.class_weight)
         rw = w[r.klass]
         allowed = {i for i, c in enumerate(snap.classes) if c in self.preempt_classes}
-        gone: set[int] = set()
-        keys_out: list[int] = []
-        starts: list[Start] = []
+        planned = Planned(snap)
         tried = 0
         tier = ranking.tier
         for pos in ranking.order.tolist():
             if tried >= self.max_preemptors:
                 break
-            if int(p.klass[pos]) not in allowed or int(p.key[pos]) in started or int(tier[pos]) == 2:
+            if int(p.key[pos]) in started:
                 continue
-            cands = [v for v in np.flatnonzero(ok & (rw < w[int(p.klass[pos])])).tolist() if v not in gone]
-            if not cands:
-                continue
-            tried += 1
-            job = (float(p.gpus[pos]), int(p.max_nodes[pos]), gang_size(float(p.gpus[pos]))[0])
-            plan = cheapest_block(self.placement, snap.cluster, free, share, cands, cost, job)
-            if plan is None:
-                continue
-            chosen, alloc = plan
-            gone.update(chosen)
-            keys = tuple(int(r.key[v]) for v in chosen)
-            keys_out.extend(keys)
-            starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc, preempts=keys))
-        return keys_out, starts
+            starved = int(tier[pos]) == 0
+            plan = None
+            if int(p.klass[pos]) in allowed and int(tier[pos]) != 2:
+                cands = planned.free_of(np.flatnonzero(ok & (rw < w[int(p.klass[pos])])).tolist())
+                if cands:
+                    tried += 1
+                    job = gang_of(p, pos)
+                    plan = cheapest_block(self.placement, snap.cluster, free, share, cands, cost, job)
+            if plan is not None:
+                planned.take(pos, plan)
+            elif starved:
+                break  # nobody behind a waiting starved job may take GPUs by preemption (the bound)
+        return planned.result()
 
     def strict_head(self, ranking: Ranking, pos: int) -> bool:
-        return int(ranking.tier[pos]) == 0
+        """A starved head, or a high or urgent one: only a job whose time limit ends before its planned
+        start may take GPUs it could use (predictions cannot push it back)."""
+        return int(ranking.tier[pos]) in (0, URGENT_TIER)
 
     def reserve_mask(self, ranking: Ranking) -> npt.NDArray[np.bool_] | None:
         """A starved job, and a high or urgent one: GPUs drain for it when it does not fit."""
@@ -284,12 +298,22 @@ class Impact(Policy):
         return None if self.reserve == "head" else np.asarray((tier == 0) | (tier == URGENT_TIER))
 
     def wake_at(self, snap: Snapshot) -> float | None:
-        """The earliest starvation deadline still ahead: the job then moves to the starved tier."""
+        """The earliest starvation deadline still ahead (the job then moves to the starved tier), and,
+        while a high or urgent gang waits, the next time a running job becomes a victim it may stop
+        (past its minimum runtime, out of its window)."""
         p = snap.pending
         if len(p) == 0:
             return None
         deadline = self.deadline(snap.classes, p.submit, p.klass)
-        ahead = deadline[deadline > snap.now]
+        times = [deadline[deadline > snap.now]]
+        if self.may_preempt(snap):
+            r = snap.running
+            min_rt = class_table(snap.classes, r.klass, self.min_runtime_s, 0.0)
+            window = class_table(snap.classes, r.klass, self.preempt_window_s, 0.0)
+            out_of_window = np.where(np.isnan(r.last_preempted), -np.inf, r.last_preempted + window)
+            eligible = np.maximum(r.start + min_rt, out_of_window)
+            times.append(eligible[r.preemptible & (eligible > snap.now) & np.isfinite(eligible)])
+        ahead = np.concatenate(times)
         return float(ahead.min()) if len(ahead) else None
 
 

@@ -11,8 +11,7 @@ import numpy as np
 
 from headway.policy.base import Policy
 from headway.policy.factors import HOUR
-from headway.policy.placement import gang_size
-from headway.policy.preempt import DEFAULT_RESTART_S, make_room
+from headway.policy.preempt import DEFAULT_RESTART_S, Planned, gang_of, make_room
 from headway.policy.snapshot import F64, I64, Ranking, Snapshot, Start
 
 _CROSS_TOL = 1e-6  # GPU-seconds: LAS's tolerance at a queue threshold (Las._queue)
@@ -72,9 +71,7 @@ class Las(Policy):
         rq = self._running_queue(snap)
         victims_order = np.lexsort((-r.start, -rq))  # lowest queue first, then the latest started
         victims_q = rq[victims_order]
-        gone: set[int] = set()
-        out_keys: list[int] = []
-        starts: list[Start] = []
+        planned = Planned(snap)
         tried = 0
         below_q: dict[int, list[int]] = {}
         tier = ranking.tier
@@ -88,22 +85,16 @@ class Las(Policy):
             below = below_q.get(q)
             if below is None:
                 below = below_q[q] = victims_order[victims_q > q].tolist()  # victims order
-            cands = [v for v in below if v not in gone]
+            cands = planned.free_of(below)
             if not cands:
                 if int(tier[pos]) < q:
                     continue  # promoted ahead of its own queue: a job behind it may rank lower
                 break  # later jobs are in this queue or a lower one: nobody below them to preempt either
             tried += 1
-            job = (float(p.gpus[pos]), int(p.max_nodes[pos]), gang_size(float(p.gpus[pos]))[0])
-            plan = make_room(self.placement, snap.cluster, free, share, cands, job)
-            if plan is None:
-                continue
-            chosen, alloc = plan
-            gone.update(chosen)
-            keys = tuple(int(r.key[v]) for v in chosen)
-            out_keys.extend(keys)
-            starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc, preempts=keys))
-        return out_keys, starts
+            plan = make_room(self.placement, snap.cluster, free, share, cands, gang_of(p, pos))
+            if plan is not None:
+                planned.take(pos, plan)
+        return planned.result()
 
     def wake_at(self, snap: Snapshot) -> float | None:
         """When a running job crosses into a lower queue, where a waiting job may preempt it."""

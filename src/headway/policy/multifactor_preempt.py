@@ -16,8 +16,15 @@ import numpy as np
 
 from headway.policy.impact import CLASS_WEIGHT
 from headway.policy.multifactor import Multifactor
-from headway.policy.placement import gang_size
-from headway.policy.preempt import DEFAULT_CHECKPOINT_S, DEFAULT_RESTART_S, class_rank, make_room
+from headway.policy.preempt import (
+    DEFAULT_CHECKPOINT_S,
+    DEFAULT_RESTART_S,
+    Planned,
+    class_rank,
+    classes_waiting,
+    gang_of,
+    make_room,
+)
 from headway.policy.snapshot import F64, I64, Ranking, Snapshot, Start
 
 
@@ -42,7 +49,7 @@ class MultifactorPreempt(Multifactor):
         return tier, prio + self.w_qos * qos, factors
 
     def may_preempt(self, snap: Snapshot) -> bool:
-        return _any_of_classes(snap, self.preempt_classes) and bool(snap.running.preemptible.any())
+        return classes_waiting(snap, self.preempt_classes) and bool(snap.running.preemptible.any())
 
     def preemptions(
         self, snap: Snapshot, ranking: Ranking, free: I64, share: I64, started: set[int]
@@ -56,9 +63,7 @@ class MultifactorPreempt(Multifactor):
         rw = w[r.klass]
         newest = np.lexsort((-r.key, -r.start))
         allowed = {i for i, c in enumerate(snap.classes) if c in self.preempt_classes}
-        gone: set[int] = set()
-        keys_out: list[int] = []
-        starts: list[Start] = []
+        planned = Planned(snap)
         tried = 0
         for pos in ranking.order.tolist():
             if tried >= self.max_preemptors:
@@ -66,23 +71,11 @@ class MultifactorPreempt(Multifactor):
             if int(p.klass[pos]) not in allowed or int(p.key[pos]) in started:
                 continue
             ok = r.preemptible[newest] & (rw[newest] < w[int(p.klass[pos])])
-            cands = [v for v in newest[ok].tolist() if v not in gone]
+            cands = planned.free_of(newest[ok].tolist())
             if not cands:
                 continue
             tried += 1
-            job = (float(p.gpus[pos]), int(p.max_nodes[pos]), gang_size(float(p.gpus[pos]))[0])
-            plan = make_room(self.placement, snap.cluster, free, share, cands, job)
-            if plan is None:
-                continue
-            chosen, alloc = plan
-            gone.update(chosen)
-            keys = tuple(int(r.key[v]) for v in chosen)
-            keys_out.extend(keys)
-            starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc, preempts=keys))
-        return keys_out, starts
-
-
-def _any_of_classes(snap: Snapshot, names: tuple[str, ...]) -> bool:
-    """Whether a pending job belongs to one of these classes."""
-    idx = [i for i, c in enumerate(snap.classes) if c in names]
-    return bool(idx) and bool(np.isin(snap.pending.klass, idx).any())
+            plan = make_room(self.placement, snap.cluster, free, share, cands, gang_of(p, pos))
+            if plan is not None:
+                planned.take(pos, plan)
+        return planned.result()

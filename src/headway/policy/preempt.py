@@ -12,8 +12,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from headway.policy.placement import place, take
-from headway.policy.snapshot import F64, FULL_SHARE, I64, Allocation, ClusterView
+from headway.policy.placement import gang_size, place, take
+from headway.policy.snapshot import (
+    F64,
+    FULL_SHARE,
+    I64,
+    Allocation,
+    ClusterView,
+    PendingJobs,
+    Snapshot,
+    Start,
+)
 
 # A job that gives no `checkpoint_every` is taken to save its progress every 30 minutes (a common
 # interval for training jobs); progress since its last checkpoint is lost when it is stopped.
@@ -158,6 +167,8 @@ def cheapest_block(
             fit, g2, t2 = _after(how, view, free, share, fewer, job)
             if fit is not None and fit.n_nodes <= alloc.n_nodes:
                 victims, alloc, f2, s2 = fewer, fit, g2, t2
+        if not victims:
+            return None  # it fits without stopping anything: on GPUs the pass kept for someone else
         _commit(free, share, f2, s2, alloc)
         return victims, alloc
     return None
@@ -166,56 +177,83 @@ def cheapest_block(
 def _multi_node(
     view: ClusterView, free: I64, held: dict[int, dict[int, int]], cost: F64, whole: int, max_nodes: int
 ) -> list[tuple[tuple[int, int, float], list[int]]]:
-    """Multi-node options, per rack and over the whole cluster: nodes that can be cleared whole, cheapest
-    first, until they hold `whole` GPUs; where no such set exists, the nodes with the most GPUs to give
-    (free, or held by candidates), cheapest first among equals."""
-    whole_nodes: list[tuple[float, int, int]] = []  # (cost to clear, node, GPUs it then has)
-    partial: list[tuple[float, int, int]] = []
-    for n in range(len(view.node_gpus)):
-        on = held.get(n, {})
-        avail = int(free[n]) + sum(on.values())
-        c = float(sum(float(cost[v]) for v in on))
-        if avail >= int(view.node_gpus[n]):
-            whole_nodes.append((c, n, avail))
-        elif avail > 0:
-            partial.append((c, n, avail))
-    out = _pick_nodes(view, held, cost, sorted(whole_nodes), whole, max_nodes)
-    if not out:
-        mixed = sorted(whole_nodes + partial, key=lambda x: (-x[2], x[0], x[1]))
-        out = _pick_nodes(view, held, cost, mixed, whole, max_nodes)
-    return out
-
-
-def _pick_nodes(
-    view: ClusterView,
-    held: dict[int, dict[int, int]],
-    cost: F64,
-    nodes: list[tuple[float, int, int]],
-    whole: int,
-    max_nodes: int,
-) -> list[tuple[tuple[int, int, float], list[int]]]:
-    """From `nodes` (cost, node, GPUs it can give) in order, per rack and then over all racks, the first
-    ones that give `whole` GPUs within `max_nodes` nodes: ((nodes, racks, cost), victims) each."""
-    groups: dict[int, list[tuple[float, int, int]]] = {}
-    for item in nodes:
-        groups.setdefault(int(view.rack[item[1]]), []).append(item)
-    out: list[tuple[tuple[int, int, float], list[int]]] = []
-    for group in [*groups.values(), nodes]:
-        picked: list[int] = []
-        total = 0
-        for _, n, avail in group:
-            if total >= whole or len(picked) >= max_nodes:
-                break
-            picked.append(n)
-            total += avail
-        if total < whole:
+    """Multi-node options, fewest nodes first: for k nodes, each must give ceil(whole / k) GPUs (free, or
+    freed by its cheapest victims); the k cheapest such nodes within one rack, and over the cluster. The
+    first k with an option gives them all."""
+    n_nodes = len(view.node_gpus)
+    k_min = -(-whole // max(int(view.node_gpus.max(initial=1)), 1))
+    for k in range(max(k_min, 2), max_nodes + 1):
+        per = -(-whole // k)
+        nodes: list[tuple[float, int, list[int]]] = []  # (cost, node, victims) of the nodes that can give
+        for n in range(n_nodes):
+            f = int(free[n])
+            if per > int(view.node_gpus[n]):
+                continue
+            if f >= per:
+                nodes.append((0.0, n, []))
+                continue
+            got = _cheapest_on_node(per - f, held.get(n, {}), cost)
+            if got is not None:
+                nodes.append((got[0], n, got[1]))
+        if len(nodes) < k:
             continue
-        victims = sorted({v for n in picked for v in held.get(n, {})})
-        racks = len({int(view.rack[n]) for n in picked})
-        out.append(((len(picked), racks, float(sum(float(cost[v]) for v in victims))), victims))
-    return out
+        nodes.sort()
+        groups: dict[int, list[tuple[float, int, list[int]]]] = {}
+        for item in nodes:
+            groups.setdefault(int(view.rack[item[1]]), []).append(item)
+        out: list[tuple[tuple[int, int, float], list[int]]] = []
+        for group in [*groups.values(), nodes]:
+            if len(group) < k:
+                continue
+            picked = group[:k]
+            if all(not v for _, _, v in picked):
+                continue  # it fits without stopping anything: not this function's case
+            victims = sorted({v for _, _, vs in picked for v in vs})
+            racks = len({int(view.rack[n]) for _, n, _ in picked})
+            out.append(((k, racks, float(sum(float(cost[v]) for v in victims))), victims))
+        if out:
+            return out
+    return []
 
 
 def class_rank(classes: Sequence[str], weights: dict[str, float]) -> F64:
     """Per class index, its weight (a job may stop only jobs of a strictly lower one); unknown: 1."""
     return np.array([weights.get(c, 1.0) for c in classes] or [1.0], dtype=np.float64)
+
+
+def gang_of(p: PendingJobs, pos: int) -> Job:
+    """(gpus, max_nodes, whole GPUs) of pending job `pos`: what the victim choosers place."""
+    g = float(p.gpus[pos])
+    return g, int(p.max_nodes[pos]), gang_size(g)[0]
+
+
+class Planned:
+    """What a preemptive policy's pass has chosen so far: victims taken (running positions), their keys
+    in order, and the starts they make room for (`Policy.preemptions` returns `result()`)."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        self.gone: set[int] = set()
+        self.keys: list[int] = []
+        self.starts: list[Start] = []
+
+    def free_of(self, cands: list[int]) -> list[int]:
+        """The candidates not already taken by an earlier start of this pass."""
+        return [v for v in cands if v not in self.gone]
+
+    def take(self, pos: int, plan: tuple[list[int], Allocation]) -> None:
+        chosen, alloc = plan
+        self.gone.update(chosen)
+        keys = tuple(int(self.snap.running.key[v]) for v in chosen)
+        self.keys.extend(keys)
+        p = self.snap.pending
+        self.starts.append(Start(int(p.key[pos]), str(p.job_id[pos]), alloc, preempts=keys))
+
+    def result(self) -> tuple[list[int], list[Start]]:
+        return self.keys, self.starts
+
+
+def classes_waiting(snap: Snapshot, names: Sequence[str]) -> bool:
+    """Whether a pending job belongs to one of these classes."""
+    idx = [i for i, c in enumerate(snap.classes) if c in names]
+    return bool(idx) and bool(np.isin(snap.pending.klass, idx).any())

@@ -329,9 +329,9 @@ class SimState:
         for s in dec.start:
             for key in s.preempts:
                 self._preempt(key, now)
+            self.probe_a[s.key] = s.probe_s > 0  # before the start: the running set copies it
             t, end = self._start(s.key, s.alloc, now)
             ends.append((t, end))
-            self.probe_a[s.key] = s.probe_s > 0
             if s.probe_s > 0 and now + s.probe_s < t:
                 ends.append((now + s.probe_s, End(s.key, end.epoch, probe=True)))
         return ends
