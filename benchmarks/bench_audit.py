@@ -58,7 +58,9 @@ SELECT
     time_limit,
     state,
     CASE WHEN state = 'COMPLETED' THEN 0 WHEN state = 'FAILED' THEN 1 ELSE NULL END AS exit_code,
-    'bench' AS source
+    'bench' AS source,
+    NULL AS preemptible,
+    NULL AS checkpoint_every
 FROM (
     SELECT *,
         CASE WHEN state = 'TIMEOUT' THEN coalesce(time_limit, 86400)

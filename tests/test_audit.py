@@ -478,7 +478,7 @@ def test_audit_json_is_identical_run_after_run_on_a_store_read_in_parallel(tmp_p
                 t0 + to_seconds(i * 17 + w + 1 + (i * 104729) % 86413),
                 [1, 2, 4, 8, 0.5][1 + i % 5], 1, 8, NULL, 90000,
                 ['COMPLETED', 'FAILED', 'COMPLETED', 'TIMEOUT', 'CANCELLED', 'FAILED'][1 + (i * 31) % 6],
-                NULL, 'bench'
+                NULL, 'bench', NULL, NULL
             FROM (SELECT range AS i, (range * 7919) % 3001 AS w, TIMESTAMPTZ '2026-01-01 00:00:00+00' AS t0
                   FROM range($n))
             """,
