@@ -32,6 +32,13 @@ def make_jobs(rows: Sequence[Mapping[str, object]]) -> pa.Table:
         "time_limit": None,
         "p_success": 0.5,
         "pred_runtime": 100.0,
+        "priority_class": "normal",
+        "preemptible": False,
+        "lost_s": 0.0,
+        "probe_lost_s": 0.0,
+        "held_s": 0.0,
+        "probed": False,
+        "frag_at_submit": None,
     }
     full = [{**defaults, **r} for r in rows]
     schema = pa.schema(
@@ -53,6 +60,13 @@ def make_jobs(rows: Sequence[Mapping[str, object]]) -> pa.Table:
             ("time_limit", pa.float64()),
             ("p_success", pa.float64()),
             ("pred_runtime", pa.float64()),
+            ("priority_class", pa.string()),
+            ("preemptible", pa.bool_()),
+            ("lost_s", pa.float64()),
+            ("probe_lost_s", pa.float64()),
+            ("held_s", pa.float64()),
+            ("probed", pa.bool_()),
+            ("frag_at_submit", pa.float64()),
         ]
     )
     assert tuple(schema.names) == JOB_COLUMNS

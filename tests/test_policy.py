@@ -417,9 +417,11 @@ def test_preemptive_and_wakes_say_what_each_registered_policy_does() -> None:
     from headway.policy import Policy
 
     for name, cls in POLICIES.items():
-        assert cls.preemptive == (cls.preemptions is not Policy.preemptions), name
+        assert get_policy(name).preemptive == (cls.preemptions is not Policy.preemptions), name
         assert cls.wakes == (cls.wake_at is not Policy.wake_at), name
-    assert [n for n, c in POLICIES.items() if c.preemptive] == ["las"]
+    preemptive = [n for n in POLICIES if get_policy(n).preemptive]
+    assert preemptive == ["las", "impact", "impact-oracle", "multifactor-preempt"]
+    assert not get_policy("impact", preemption=False).preemptive  # --no-preemption
     assert [n for n, c in POLICIES.items() if c.wakes] == ["las", "impact", "impact-oracle"]
     s = snapshot(pending([{"gpus": 2}]), free=[8])
     for name in ("fifo", "fifo-skip", "multifactor", "qssf"):
