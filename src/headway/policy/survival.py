@@ -15,8 +15,9 @@ one past its typical runtime is expected to run on by a share of what it has run
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
-from scipy.special import log_ndtr
 
 from headway.policy.factors import Z90
 from headway.policy.snapshot import F64
@@ -27,6 +28,25 @@ FAILURE_SIGMA = 1.0
 DEFAULT_SIGMA = 1.0  # the success runtime's spread where R90 is unknown
 _MIN_SIGMA, _MAX_SIGMA = 0.05, 3.0
 _MIN_REMAINING = 1.0  # seconds: a running job is never expected to end in the past
+
+
+_ERFC = np.frompyfunc(math.erfc, 1, 1)
+_TAIL = -20.0  # below this, erfc underflows toward 0: the asymptotic series instead
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def log_ndtr(x: F64) -> F64:
+    """log of the standard normal CDF, accurate far into the lower tail (numpy has no erfc, and
+    scipy's import alone costs every process that imports a policy 0.75 s)."""
+    x = np.asarray(x, dtype=np.float64)
+    out = np.empty_like(x)
+    tail = x < _TAIL
+    body = ~tail
+    with np.errstate(divide="ignore"):
+        out[body] = np.log(0.5 * np.asarray(_ERFC(-x[body] / math.sqrt(2.0)), dtype=np.float64))
+    xt = x[tail]
+    out[tail] = -0.5 * xt * xt - np.log(-xt) - _HALF_LOG_2PI + np.log1p(-1.0 / xt**2 + 3.0 / xt**4)
+    return out
 
 
 def _sigma(r: F64, r90: F64) -> F64:
