@@ -115,7 +115,9 @@ TRACE_JOBS, TRACE_SEED, LOAD = 400, 11, 1.3
 # las when a restart stopped during its restart penalty paid the whole penalty again at its next start
 # (it used to carry the unpaid rest on top of a new one); impact and impact-oracle when high and urgent
 # jobs got a tier of their own with strict reservations (this trace has `high` jobs) and running jobs'
-# ends became survival-aware.
+# ends became survival-aware; las when the simulator began to pass again at the instant of a pass that
+# preempted (its victims wait again, beside GPUs the preempting starts did not need, as on the local
+# queue and Slurm).
 # Regenerate only deliberately, when a policy's definition changes: `python tests/test_engine_replay.py`.
 GOLDEN: dict[str, str] = {
     "fifo/first-fit": "d6c6c15cb905ccb3fa85",
@@ -126,8 +128,8 @@ GOLDEN: dict[str, str] = {
     "sjf-oracle/topology": "5e7d02ce1bb2e53bafb5",
     "qssf/first-fit": "f21758664aa5349519d3",
     "qssf/topology": "293c7d7d7aaf1ecb4022",
-    "las/first-fit": "639df2e7892095ffe6cf",
-    "las/topology": "76c5f2d7e3a114fc4333",
+    "las/first-fit": "83cc73c5be01fb2666bf",
+    "las/topology": "4a64b07b8f011da894b5",
     "multifactor/first-fit": "d4baa50ad291b89a8362",
     "multifactor/topology": "629d33f72bf5f5055d0a",
     "impact/first-fit": "521922a32089ef796426",  # re-recorded: R is now the expected runtime (below)

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import hypothesis.strategies as st
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from hypothesis import HealthCheck, example, given, settings
 
@@ -177,32 +178,68 @@ def test_multifactor_preempt_stops_only_preemptible_jobs_of_lower_classes(case: 
 MAX_WAIT = {"low": 3000.0, "normal": 1000.0, "high": 600.0, "urgent": 300.0}
 
 
-def check_bound(jobs: list[dict[str, Any]], timeline: pa.Table, preempting: set[str]) -> None:
-    """tests/test_starvation.py's invariant, with deadlines per class and the free GPUs read from the
-    timeline (exact between preemptions and restarts, which the jobs' first start and last end are not).
+Interval = tuple[float, float]
 
-    Starved jobs are served by deadline (then submit order). With A_j the jobs ahead of j in that order
-    and t_j = max(d_j, the latest first start among A_j): (1) no job behind j first starts in
-    [t_j, start_j) (the traces carry no time limits, so no backfill may pass a starved head, and no job
-    behind a waiting starved job may start by preempting) and (2) at every instant in [t_j, start_j) too
-    few GPUs are free for j (1-GPU nodes: a count), unless j itself started by preempting (`preempting`)."""
+
+def waiting_spans(jobs: list[dict[str, Any]], decisions: list[Decision]) -> dict[str, list[Interval]]:
+    """Per job, when it waited: submit to first start, and each preemption to the next start (a requeued
+    job is pending again, with its deadline from its first submit: it blocks the jobs behind it again)."""
+    starts: dict[str, list[float]] = {}
+    stops: dict[str, list[float]] = {}
+    id_of: dict[int, str] = {}
+    for d in decisions:
+        for s in d.start:
+            starts.setdefault(s.job_id, []).append(d.now)
+            id_of[s.key] = s.job_id
+        for key in d.preempt:
+            stops.setdefault(id_of[key], []).append(d.now)
+    spans: dict[str, list[Interval]] = {}
+    for j in jobs:
+        jid = str(j["job_id"])
+        begun = starts.get(jid, [])
+        out = [(float(j["submit"]), begun[0] if begun else math.inf)]
+        for t in stops.get(jid, []):
+            out.append((t, min((b for b in begun if b >= t), default=math.inf)))
+        spans[jid] = out
+    return spans
+
+
+def check_bound(
+    jobs: list[dict[str, Any]], timeline: pa.Table, decisions: list[Decision], preempting: set[str]
+) -> None:
+    """tests/test_starvation.py's invariant, with deadlines per class, requeues, and the free GPUs read
+    from the timeline (exact between preemptions and restarts, which the jobs' first start and last end
+    are not).
+
+    Starved jobs are served by deadline (then submit order). A starved job j is the head at instant t in
+    [d_j, start_j) when no job ahead of it in that order is waiting at t (`waiting_spans`). At every such
+    instant (1) no job behind j first starts (the traces carry no time limits, so no backfill may pass a
+    starved head, and no job behind a waiting starved job may start by preempting) and (2) too few GPUs
+    are free for j (1-GPU nodes: a count), unless j itself started by preempting (`preempting`)."""
     order = sorted(
         range(len(jobs)), key=lambda i: (jobs[i]["submit"] + MAX_WAIT[jobs[i]["priority_class"]], i)
     )
+    spans = waiting_spans(jobs, decisions)
     ts = timeline.column("t").to_numpy()
     free = timeline.column("free_gpus").to_numpy()
+
+    def head(at: npt.NDArray[np.float64], rank: int, d: float, start_j: float) -> npt.NDArray[np.bool_]:
+        ok = (at >= d - 1e-9) & (at < start_j - 1e-9)
+        for k in order[:rank]:
+            for a, b in spans[str(jobs[k]["job_id"])]:
+                ok &= ~((at >= a - 1e-9) & (at < b - 1e-9))
+        return ok
+
     for rank, i in enumerate(order):
         j = jobs[i]
         d = float(j["submit"]) + MAX_WAIT[j["priority_class"]]
         start_j = float(j["start"])
         if start_j <= d or j["job_id"] in preempting:
             continue  # in time, or started by preempting (a passer: never later than the GPUs allowed)
-        t_j = max([d] + [float(jobs[k]["start"]) for k in order[:rank]])
-        assert t_j <= start_j + 1e-9
-        for k in order[rank + 1 :]:
-            sk = float(jobs[k]["start"])
-            assert not (t_j - 1e-9 <= sk < start_j - 1e-9), (j["job_id"], jobs[k]["job_id"], t_j, sk, start_j)
-        during = (ts >= t_j - 1e-9) & (ts < start_j - 1e-9)
+        behind = np.array([float(jobs[k]["start"]) for k in order[rank + 1 :]])
+        passed = head(behind, rank, d, start_j)
+        assert not passed.any(), (j["job_id"], behind[passed], start_j)
+        during = head(ts, rank, d, start_j)
         assert np.all(free[during] < float(j["gpus"])), (j["job_id"], ts[during], free[during])
 
 
@@ -232,16 +269,43 @@ def _passed_starved_head() -> Case:
     return 2, 1, rows, {str(r["job_id"]): (0.001, 1.0, 1.0) for r in rows}
 
 
+def _requeued_victim_ahead() -> Case:
+    """The case hypothesis found when the bound was read from first starts only: the starved j4 (normal,
+    3 GPUs, deadline 1204) is preempted at 10432 for the high j7 and waits again, ahead of the starved
+    j6 (low, 1 GPU, deadline 3604), which rightly waits behind it though 2 GPUs are free."""
+
+    def job(i: int, submit: int, klass: str, gpus: float = 1.0, runtime: int = 1) -> dict[str, Any]:
+        return {"job_id": f"j{i}", "submit": submit, "runtime": runtime, "gpus": gpus} | {
+            "priority_class": klass,
+            "preemptible": i == 4,
+        }
+
+    rows: list[dict[str, Any]] = [
+        {"job_id": f"a{n}", "submit": 0, "runtime": 8000, "gpus": 1.0, "priority_class": "low"}
+        | {"preemptible": True}
+        for n in range(4)
+    ]
+    rows.append({"job_id": "a_urgent", "submit": 0, "runtime": 1, "gpus": 1.0, "priority_class": "urgent"})
+    rows += [job(0, 204, "low"), job(1, 204, "high", 3.0), job(2, 204, "low"), job(3, 204, "low")]
+    rows += [job(4, 204, "normal", 3.0, 1801), job(5, 204, "low")]
+    rows += [job(6, 604, "low"), job(7, 604, "high", 2.0)]
+    preds = {str(r["job_id"]): (0.001, 1.0, 1.0) for r in rows}
+    preds |= {"a3": (0.001, 1.0, 60.0), "j1": (0.001, 60.0, 60.0), "j4": (0.001, 60.0, 60.0)}
+    preds |= {"j7": (0.001, 60.0, 60.0)}
+    return 4, 1, rows, preds
+
+
 @SETTINGS
 @given(workloads(gpn=1))
 @example(_passed_starved_head())
+@example(_requeued_victim_ahead())
 def test_no_job_waits_past_its_max_wait_plus_the_time_for_gpus_to_free_with_preemption_on(case: Case) -> None:
     res = replay(case, "impact", log=True, max_wait_s=MAX_WAIT, hold_after=1)
     jobs = res.jobs.to_pylist()  # in submit order (the simulator's keys: ties in natural job id order)
     assert all(r["start"] is not None for r in jobs)
     first = {r["job_id"]: r["start"] for r in jobs}
     preempting = {s.job_id for d in res.decisions for s in d.start if s.preempts and d.now == first[s.job_id]}
-    check_bound(jobs, res.timeline, preempting)
+    check_bound(jobs, res.timeline, res.decisions, preempting)
 
 
 # --- (c) work conservation -----------------------------------------------------------------------------

@@ -279,3 +279,19 @@ def test_an_urgent_gang_starts_as_soon_as_a_victim_has_run_its_minimum_runtime()
     ]
     jobs = replay(rows, "impact", ClusterSpec.from_flags(1, 8, 1))
     assert jobs["urgent"]["start"] == CLASS_MIN_RUNTIME["low"]
+
+
+@pytest.mark.parametrize("policy", ["impact", "multifactor-preempt"])
+def test_gpus_a_preempting_start_does_not_need_go_to_the_queue_at_the_same_instant(policy: str) -> None:
+    """A low 16-GPU gang holds both nodes; a normal 8-GPU job waits; an urgent 8-GPU job stops the gang
+    at t=1000 and takes one node. The other node goes to the waiting job then, not when the next event
+    (the urgent job's end at 1100) comes: the simulator passes again after a pass that preempted."""
+    rows: list[dict[str, Any]] = [
+        {"job_id": "low", "submit": 0, "runtime": 20_000, "gpus": 16.0, "priority_class": "low"}
+        | {"preemptible": True},
+        {"job_id": "waiting", "submit": 10, "runtime": 100, "gpus": 8.0, "priority_class": "normal"},
+        {"job_id": "urgent", "submit": 1000, "runtime": 100, "gpus": 8.0, "priority_class": "urgent"},
+    ]
+    jobs = replay(rows, policy, ClusterSpec.from_flags(2, 8, 1))
+    assert jobs["urgent"]["start"] == 1000.0 and jobs["low"]["preemptions"] == 1
+    assert jobs["waiting"]["start"] == 1000.0

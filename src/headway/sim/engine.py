@@ -1,7 +1,9 @@
 """The discrete-event engine: a small loop over the event queue, the state and the policy.
 
 Each instant: pop its events (ends, then arrivals, then wake-ups) and apply them to the state, let the
-predictor retrain and predict the arrivals, run one scheduling pass, and let the observers record.
+predictor retrain and predict the arrivals, run one scheduling pass (one more after a pass that
+preempted: its victims wait again, beside GPUs its starts may not have needed), and let the observers
+record.
 Time only moves to the next event: there is no tick. A pass is `policy.decide(snapshot)`, the same call
 the local queue and the Slurm adapter make; it is skipped when no pending job can be placed on the free
 GPUs at all and the policy may not preempt now (`Policy.may_preempt`: it would start nothing), and then
@@ -27,6 +29,7 @@ from headway.sim.result import JOB_COLUMNS, SimResult
 from headway.sim.state import JobArrays, SimState, Truth
 
 DAY = 86400.0
+MAX_PASSES_PER_INSTANT = 8
 
 __all__ = ["DAY", "Engine", "EngineOptions", "JobArrays", "Truth"]
 
@@ -111,7 +114,13 @@ class _Loop:
                 st.on_arrival(k)
             if arrivals and self._check is not None:
                 self._check()
-            self._pass(now, arrivals, woke)
+            # A pass that preempted leaves its victims waiting and, often, GPUs its starts did not need:
+            # the next pass at the same instant sees both (as the local queue's pass after the victims
+            # exit, and Slurm's next cycle, do). Bounded, though each such pass stops a running job.
+            for _ in range(MAX_PASSES_PER_INSTANT):
+                if not self._pass(now, arrivals, woke):
+                    break
+                arrivals, woke = [], False
             self.timeline.record(now, st)
             if self._progress is not None and st.done - self._reported >= self._step:
                 self._reported = st.done
@@ -141,10 +150,11 @@ class _Loop:
                 check()
         return ended, arrivals, woke
 
-    def _pass(self, now: float, arrivals: list[int], woke: bool) -> None:
+    def _pass(self, now: float, arrivals: list[int], woke: bool) -> bool:
+        """One pass; whether it preempted."""
         st, pol = self.state, self.pol
         if not st.pending.n:
-            return
+            return False
         go = st.can_place_any() or self.log.wants(arrivals)
         snap = None
         if not go and pol.preemptive:  # nothing to start: a pass only if it may stop something
@@ -160,10 +170,12 @@ class _Loop:
             self._wake(dec.wake_at, now)
             if self._check is not None:
                 self._check()
-        elif pol.wakes and (arrivals or woke):
+            return bool(dec.preempt)
+        if pol.wakes and (arrivals or woke):
             # No pass, but the policy may want one later (a starvation deadline): only new jobs or a spent
             # wake-up can move its earliest request, as the queue otherwise only shrinks.
             self._wake(pol.wake_at(st.snapshot(now, self.passes)), now)
+        return False
 
     def _wake(self, t: float | None, now: float) -> None:
         if t is not None and t > now:
