@@ -25,8 +25,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 
+# Test files run in parallel, each file on one worker (the live Slurm cluster and the browser are
+# session fixtures of their own files); at most 4 workers, as many as the CPUs allow.
 pytest: $(STAMP) services
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 test: lint pytest
 

@@ -290,6 +290,8 @@ def test_a_high_class_job_preempts_a_preemptible_low_one_which_gets_sigterm_and_
     assert sub.returncode == 0, sub.stderr
     low = json.loads(sub.stdout)["id"]
     wait_until(ready.exists, 20, "the low job to run with its SIGTERM handler")
+    # The job's process may be up before its supervisor's report of the start reaches the daemon.
+    wait_until(lambda: _jobs(d)[low].get("start_time") is not None, 20, "the daemon to record the start")
     shown = _jobs(d)[low]
     assert (shown["preemptible"], shown["checkpoint_every"], shown["attempt"]) == (True, 600, 1)
     why = d.ask({"op": "why", "id": low})
