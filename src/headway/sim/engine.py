@@ -116,7 +116,7 @@ class _Loop:
                 self._check()
             # A pass that preempted leaves its victims waiting and, often, GPUs its starts did not need:
             # the next pass at the same instant sees both (as the local queue's pass after the victims
-            # exit, and Slurm's next cycle, do). Bounded, though each such pass stops a running job.
+            # exit, and Slurm's next cycle, do). Each such pass stopped a running job; the bound is a guard.
             for _ in range(MAX_PASSES_PER_INSTANT):
                 if not self._pass(now, arrivals, woke):
                     break
